@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The project's test command (README "Run the tests"): installs what the tests need, then runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash deploy/install-deps.sh
+# Release build: the simulator sweeps thousands of seeds and the cluster tests run real MariaDB servers.
+cargo test --workspace --release --locked -- --test-threads=2
