@@ -13,3 +13,8 @@ mod types;
 pub use codec::DecodeError;
 pub use storage::{MemStorage, RecoveredState, Snapshot, Storage, StorageError, WriteBatch};
 pub use types::{Ballot, Instance, Membership, NodeId, Value};
+mod message;
+mod node;
+
+pub use message::{Message, MessageBody};
+pub use node::{Bug, Config, PaxosNode, ProposeError, Ready, Role};

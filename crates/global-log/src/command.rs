@@ -1,0 +1,222 @@
+//! Commands of the replicated state machine and their binary encoding inside a Paxos batch.
+//!
+//! Layout: one tag byte, then fixed little-endian fields; `AppendBinlog` ends with the raw binlog events.
+//! Decoding never panics; a command that does not decode is rejected deterministically on every member.
+
+use paxsql_paxos::NodeId;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Compare-and-set: make `new_master` master if the master version and the lease sequence are still the ones
+    /// the candidate saw. The lease sequence moves with every renewal, so a candidate that missed a renewal loses.
+    ChangeMaster {
+        expected_version: u64,
+        expected_lease_seq: u64,
+        new_master: NodeId,
+        proposed_at_ms: u64,
+    },
+    /// The master extends its lease; `proposed_at_ms` is on the master's own monotonic clock.
+    RenewLease {
+        master_version: u64,
+        proposed_at_ms: u64,
+    },
+    /// Binlog transactions `first_seq..=last_seq` of GTID domain `domain_id`, written by the master of
+    /// `master_version` (whose mariadbd runs with `server_id`), as the raw events MariaDB sent.
+    AppendBinlog {
+        master_version: u64,
+        domain_id: u32,
+        server_id: u32,
+        first_seq: u64,
+        last_seq: u64,
+        events: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandDecodeError {
+    #[error("command truncated at byte {0}")]
+    Truncated(usize),
+    #[error("unknown command tag {0}")]
+    UnknownTag(u8),
+    #[error("{0} trailing bytes after command")]
+    TrailingBytes(usize),
+}
+
+const TAG_CHANGE_MASTER: u8 = 1;
+const TAG_RENEW_LEASE: u8 = 2;
+const TAG_APPEND_BINLOG: u8 = 3;
+
+impl Command {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::ChangeMaster { .. } => "change_master",
+            Command::RenewLease { .. } => "renew_lease",
+            Command::AppendBinlog { .. } => "append_binlog",
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Command::ChangeMaster {
+                expected_version,
+                expected_lease_seq,
+                new_master,
+                proposed_at_ms,
+            } => {
+                out.push(TAG_CHANGE_MASTER);
+                for n in [
+                    *expected_version,
+                    *expected_lease_seq,
+                    *new_master,
+                    *proposed_at_ms,
+                ] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+            Command::RenewLease {
+                master_version,
+                proposed_at_ms,
+            } => {
+                out.push(TAG_RENEW_LEASE);
+                out.extend_from_slice(&master_version.to_le_bytes());
+                out.extend_from_slice(&proposed_at_ms.to_le_bytes());
+            }
+            Command::AppendBinlog {
+                master_version,
+                domain_id,
+                server_id,
+                first_seq,
+                last_seq,
+                events,
+            } => {
+                out.reserve(37 + events.len());
+                out.push(TAG_APPEND_BINLOG);
+                out.extend_from_slice(&master_version.to_le_bytes());
+                out.extend_from_slice(&domain_id.to_le_bytes());
+                out.extend_from_slice(&server_id.to_le_bytes());
+                out.extend_from_slice(&first_seq.to_le_bytes());
+                out.extend_from_slice(&last_seq.to_le_bytes());
+                out.extend_from_slice(events);
+            }
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Command, CommandDecodeError> {
+        let mut pos = 0usize;
+        let mut take = |n: usize| -> Result<&[u8], CommandDecodeError> {
+            let s = bytes
+                .get(pos..pos + n)
+                .ok_or(CommandDecodeError::Truncated(pos))?;
+            pos += n;
+            Ok(s)
+        };
+        let u64_of = |s: &[u8]| {
+            s.iter()
+                .rev()
+                .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
+        };
+        let tag = take(1)?[0];
+        let cmd = match tag {
+            TAG_CHANGE_MASTER => Command::ChangeMaster {
+                expected_version: u64_of(take(8)?),
+                expected_lease_seq: u64_of(take(8)?),
+                new_master: u64_of(take(8)?),
+                proposed_at_ms: u64_of(take(8)?),
+            },
+            TAG_RENEW_LEASE => Command::RenewLease {
+                master_version: u64_of(take(8)?),
+                proposed_at_ms: u64_of(take(8)?),
+            },
+            TAG_APPEND_BINLOG => {
+                let master_version = u64_of(take(8)?);
+                let domain_id = u64_of(take(4)?) as u32;
+                let server_id = u64_of(take(4)?) as u32;
+                let first_seq = u64_of(take(8)?);
+                let last_seq = u64_of(take(8)?);
+                let events = bytes.get(pos..).unwrap_or_default().to_vec();
+                return Ok(Command::AppendBinlog {
+                    master_version,
+                    domain_id,
+                    server_id,
+                    first_seq,
+                    last_seq,
+                    events,
+                });
+            }
+            other => return Err(CommandDecodeError::UnknownTag(other)),
+        };
+        if pos != bytes.len() {
+            return Err(CommandDecodeError::TrailingBytes(bytes.len() - pos));
+        }
+        Ok(cmd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_truncation() {
+        let cmds = [
+            Command::ChangeMaster {
+                expected_version: 3,
+                expected_lease_seq: 99,
+                new_master: 2,
+                proposed_at_ms: 12345,
+            },
+            Command::RenewLease {
+                master_version: u64::MAX,
+                proposed_at_ms: 0,
+            },
+            Command::AppendBinlog {
+                master_version: 7,
+                domain_id: 0,
+                server_id: 1001,
+                first_seq: 5,
+                last_seq: 9,
+                events: vec![1, 2, 3],
+            },
+            Command::AppendBinlog {
+                master_version: 7,
+                domain_id: 1,
+                server_id: 1,
+                first_seq: 1,
+                last_seq: 1,
+                events: vec![],
+            },
+        ];
+        for c in cmds {
+            let enc = c.encode();
+            assert_eq!(Command::decode(&enc), Ok(c.clone()));
+            let fixed = if matches!(c, Command::AppendBinlog { .. }) {
+                33
+            } else {
+                enc.len()
+            };
+            for cut in 0..fixed {
+                assert!(
+                    Command::decode(&enc[..cut]).is_err(),
+                    "{} cut at {cut}",
+                    c.kind()
+                );
+            }
+        }
+        assert_eq!(
+            Command::decode(&[0]),
+            Err(CommandDecodeError::UnknownTag(0))
+        );
+        let mut long = Command::RenewLease {
+            master_version: 1,
+            proposed_at_ms: 1,
+        }
+        .encode();
+        long.push(0);
+        assert_eq!(
+            Command::decode(&long),
+            Err(CommandDecodeError::TrailingBytes(1))
+        );
+    }
+}

@@ -1,0 +1,589 @@
+//! [`GlobalLogNode`]: the Paxos core plus the replicated state machine plus this node's view of the master lease.
+//! This is what the binlog server runs and what the simulator drives: pure, with time passed in.
+//!
+//! Lease rule (DESIGN §5): the master holds its lease until `proposed_at + lease_ms` on its own monotonic clock,
+//! counted from when it proposed the renewal (or the change) that was then applied successfully. Every other
+//! member notes the local time at which it applied the latest renewal and stands for election only once
+//! `lease_ms + max_clock_drift_ms` (plus a stagger for members that applied less) have passed since. A candidate's
+//! `ChangeMaster` compares and sets the lease sequence, which every renewal bumps, so a candidate that has not
+//! seen the newest renewal cannot win.
+
+use std::collections::BTreeMap;
+
+use paxsql_paxos::{
+    Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot,
+    Value, WriteBatch,
+};
+
+use crate::command::Command;
+use crate::state::{Applied, ReplicatedState};
+
+#[derive(Clone, Debug)]
+pub struct GlobalLogConfig {
+    pub paxos: paxsql_paxos::Config,
+    /// The group's membership at instance 1.
+    pub initial_membership: Membership,
+    /// How long a master holds its lease after proposing a renewal.
+    pub lease_ms: u64,
+    /// How far two members' clocks may drift apart over one lease; a candidate waits this much longer.
+    pub max_clock_drift_ms: u64,
+    /// How often the master renews (a third of the lease by default).
+    pub renew_interval_ms: u64,
+    /// Extra wait per member that has applied more than this one, so the most up-to-date member stands first.
+    pub stand_stagger_ms: u64,
+    /// How often a member tells the others how far it has applied.
+    pub status_interval_ms: u64,
+    /// A campaign (phase 1 plus the master change) that has not succeeded after this long is abandoned.
+    pub campaign_timeout_ms: u64,
+    /// Keep this many chosen instances behind the newest snapshot for lagging members to catch up from.
+    pub snapshot_every: u64,
+    /// Seeds the jitter of election back-off.
+    pub seed: u64,
+}
+
+impl GlobalLogConfig {
+    /// Defaults sized for a LAN (DESIGN §5: lease about 1.5 s, renewed every lease/3).
+    pub fn lan(id: NodeId, initial_membership: Membership) -> Self {
+        GlobalLogConfig {
+            paxos: paxsql_paxos::Config::new(id),
+            initial_membership,
+            lease_ms: 1500,
+            max_clock_drift_ms: 300,
+            renew_interval_ms: 500,
+            stand_stagger_ms: 200,
+            status_interval_ms: 100,
+            campaign_timeout_ms: 1500,
+            snapshot_every: 10_000,
+            seed: id,
+        }
+    }
+
+    /// The largest clock rate error (as a fraction, e.g. 0.05 for 5%) under which the lease stays safe: the master
+    /// may measure `lease_ms` as up to `lease/(1-r)` real time, a candidate `lease+drift` as little as
+    /// `(lease+drift)/(1+r)`.
+    pub fn max_safe_clock_rate_error(&self) -> f64 {
+        let (l, d) = (self.lease_ms as f64, self.max_clock_drift_ms as f64);
+        d / (2.0 * l + d)
+    }
+}
+
+/// What travels between members.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerMessage {
+    Paxos(Message),
+    /// How far the sender has applied, for candidate preference.
+    Status {
+        from: NodeId,
+        to: NodeId,
+        progress: u64,
+    },
+}
+
+impl PeerMessage {
+    pub fn to(&self) -> NodeId {
+        match self {
+            PeerMessage::Paxos(m) => m.to,
+            PeerMessage::Status { to, .. } => *to,
+        }
+    }
+    pub fn from(&self) -> NodeId {
+        match self {
+            PeerMessage::Paxos(m) => m.from,
+            PeerMessage::Status { from, .. } => *from,
+        }
+    }
+}
+
+/// Drained by [`GlobalLogNode::take_ready`]; same contract as [`paxsql_paxos::Ready`].
+#[derive(Debug, Default)]
+pub struct NodeReady {
+    pub batch: WriteBatch,
+    pub messages: Vec<PeerMessage>,
+    pub after_persist: Vec<PeerMessage>,
+    /// Newly chosen values in order (already applied to the state machine).
+    pub chosen: Vec<(Instance, Value)>,
+    /// Effects of applying them, in order.
+    pub applied: Vec<Applied>,
+    pub rebuild_required: Option<Instance>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobalLogError {
+    #[error("this node is not the master (master is {master})")]
+    NotMaster { master: NodeId },
+    #[error("this node's master lease has expired")]
+    LeaseExpired,
+    #[error(transparent)]
+    Propose(#[from] ProposeError),
+}
+
+#[derive(Debug)]
+pub struct GlobalLogNode {
+    cfg: GlobalLogConfig,
+    paxos: PaxosNode,
+    state: ReplicatedState,
+    now: u64,
+    /// Local time at which this node last applied a master change or renewal of someone else's term.
+    last_renewal_seen: u64,
+    /// A term this incarnation won: only then does it renew and hold a lease.
+    my_term: Option<u64>,
+    lease_until: u64,
+    next_renew_at: u64,
+    /// `proposed_at_ms` of our own pending `ChangeMaster`.
+    change_master_pending: Option<u64>,
+    standing_since: Option<u64>,
+    backoff_until: u64,
+    peer_progress: BTreeMap<NodeId, u64>,
+    progress_override: Option<u64>,
+    last_status_sent: Option<u64>,
+    /// A copy of the state taken at a snapshot point, used to compact once the log has moved on.
+    pending_snapshot: Option<ReplicatedState>,
+    rng: u64,
+}
+
+impl GlobalLogNode {
+    /// A member with an empty log, starting at local time `now`.
+    pub fn new(cfg: GlobalLogConfig, now: u64) -> Self {
+        Self::restore(
+            cfg,
+            RecoveredState {
+                first_chosen: 1,
+                ..Default::default()
+            },
+            Vec::new(),
+            now,
+        )
+    }
+
+    /// A member restarting from its storage (see [`PaxosNode::restore`]).
+    pub fn restore(
+        cfg: GlobalLogConfig,
+        recovered: RecoveredState,
+        chosen: Vec<(Instance, Value)>,
+        now: u64,
+    ) -> Self {
+        let mut state = recovered
+            .snapshot
+            .as_ref()
+            .and_then(|s| ReplicatedState::decode_snapshot(&s.data, s.membership.clone()))
+            .unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
+        let mut sink = Vec::new();
+        for (i, v) in &chosen {
+            if *i == state.applied + 1 {
+                state.apply(*i, v, &mut sink);
+                sink.clear();
+            }
+        }
+        let paxos = PaxosNode::restore(
+            cfg.paxos.clone(),
+            cfg.initial_membership.clone(),
+            recovered,
+            chosen,
+        );
+        let rng =
+            cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ cfg.paxos.id ^ 0x5851_F42D_4C95_7F2D;
+        GlobalLogNode {
+            cfg,
+            paxos,
+            state,
+            now,
+            // After a restart we cannot know when the last renewal was seen: assume just now.
+            last_renewal_seen: now,
+            my_term: None,
+            lease_until: 0,
+            next_renew_at: 0,
+            change_master_pending: None,
+            standing_since: None,
+            backoff_until: 0,
+            peer_progress: BTreeMap::new(),
+            progress_override: None,
+            last_status_sent: None,
+            pending_snapshot: None,
+            rng: rng | 1,
+        }
+    }
+
+    // ----- introspection -----
+
+    pub fn id(&self) -> NodeId {
+        self.cfg.paxos.id
+    }
+    pub fn state(&self) -> &ReplicatedState {
+        &self.state
+    }
+    pub fn paxos(&self) -> &PaxosNode {
+        &self.paxos
+    }
+    pub fn config(&self) -> &GlobalLogConfig {
+        &self.cfg
+    }
+    /// Whether this node holds the master lease at local time `now`: only then may it serve as master.
+    pub fn holds_lease(&self, now: u64) -> bool {
+        self.state.master_id == self.id()
+            && self.my_term == Some(self.state.master_version)
+            && now < self.lease_until
+    }
+    /// The master term this node is serving, if it holds the lease at `now`.
+    pub fn master_term(&self, now: u64) -> Option<u64> {
+        self.holds_lease(now).then_some(self.state.master_version)
+    }
+    /// Local time until which the lease is held (meaningful only while [`Self::holds_lease`]).
+    pub fn lease_until(&self) -> u64 {
+        self.lease_until
+    }
+
+    // ----- inputs -----
+
+    /// Sets how far this node's database has applied the global log (the real measure of candidate preference);
+    /// by default the applied instance is used.
+    pub fn set_progress(&mut self, progress: u64) {
+        self.progress_override = Some(progress);
+    }
+
+    pub fn tick(&mut self, now: u64) {
+        self.now = self.now.max(now);
+        self.paxos.tick(self.now);
+    }
+
+    pub fn step(&mut self, msg: PeerMessage, now: u64) {
+        self.now = self.now.max(now);
+        match msg {
+            PeerMessage::Paxos(m) => self.paxos.step(m),
+            PeerMessage::Status { from, progress, .. } => {
+                self.peer_progress.insert(from, progress);
+            }
+        }
+    }
+
+    /// Proposes binlog transactions `first_seq..=last_seq`. Only the master holding its lease may; the caller
+    /// acknowledges them to MariaDB only once they show up as [`Applied::BinlogAppended`] for its term.
+    pub fn propose_binlog(
+        &mut self,
+        domain_id: u32,
+        server_id: u32,
+        first_seq: u64,
+        last_seq: u64,
+        events: Vec<u8>,
+    ) -> Result<(), GlobalLogError> {
+        let master_version = self.require_master()?;
+        let cmd = Command::AppendBinlog {
+            master_version,
+            domain_id,
+            server_id,
+            first_seq,
+            last_seq,
+            events,
+        };
+        self.paxos.propose(cmd.encode())?;
+        Ok(())
+    }
+
+    /// Adds or removes one member, through the log.
+    pub fn change_membership(&mut self, next: Membership) -> Result<(), GlobalLogError> {
+        self.require_master()?;
+        self.paxos.propose_membership(next)?;
+        Ok(())
+    }
+
+    /// Gives up the master role: stops renewing, so another member takes over once the lease runs out.
+    pub fn resign(&mut self) {
+        self.my_term = None;
+        self.lease_until = 0;
+        self.paxos.step_down();
+        self.backoff_until = self.now + self.cfg.lease_ms + self.cfg.max_clock_drift_ms;
+    }
+
+    /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            last_included: self.state.applied,
+            membership: self.state.membership.clone(),
+            data: self.state.encode_snapshot(),
+        }
+    }
+
+    /// Rebuilds this member from a healthy member's snapshot (after [`NodeReady::rebuild_required`]).
+    pub fn install_snapshot(&mut self, snapshot: Snapshot) -> bool {
+        let Some(state) =
+            ReplicatedState::decode_snapshot(&snapshot.data, snapshot.membership.clone())
+        else {
+            return false;
+        };
+        if state.applied <= self.state.applied {
+            return false;
+        }
+        self.paxos.install_snapshot(snapshot);
+        self.state = state;
+        self.my_term = None;
+        self.last_renewal_seen = self.now;
+        true
+    }
+
+    fn require_master(&self) -> Result<u64, GlobalLogError> {
+        if self.state.master_id != self.id() || self.my_term != Some(self.state.master_version) {
+            return Err(GlobalLogError::NotMaster {
+                master: self.state.master_id,
+            });
+        }
+        if !self.holds_lease(self.now) {
+            return Err(GlobalLogError::LeaseExpired);
+        }
+        Ok(self.state.master_version)
+    }
+
+    // ----- output -----
+
+    pub fn take_ready(&mut self) -> NodeReady {
+        let mut out = NodeReady::default();
+        self.maybe_snapshot();
+        self.absorb(&mut out);
+        self.drive(&mut out);
+        self.absorb(&mut out);
+        out
+    }
+
+    /// Drains the Paxos core, applies what was chosen and notes its effect on the lease.
+    fn absorb(&mut self, out: &mut NodeReady) {
+        let r = self.paxos.take_ready();
+        merge_batch(&mut out.batch, r.batch);
+        out.messages
+            .extend(r.messages.into_iter().map(PeerMessage::Paxos));
+        out.after_persist
+            .extend(r.after_persist.into_iter().map(PeerMessage::Paxos));
+        out.rebuild_required = out.rebuild_required.or(r.rebuild_required);
+        for (instance, value) in r.chosen {
+            if instance != self.state.applied + 1 {
+                continue; // already in the snapshot this node was rebuilt from
+            }
+            let first = out.applied.len();
+            self.state.apply(instance, &value, &mut out.applied);
+            for i in first..out.applied.len() {
+                let effect = out.applied[i].clone();
+                self.on_applied(&effect);
+            }
+            out.chosen.push((instance, value));
+        }
+    }
+
+    fn on_applied(&mut self, effect: &Applied) {
+        let me = self.id();
+        match effect {
+            Applied::MasterChanged {
+                master,
+                master_version,
+                proposed_at_ms,
+                ..
+            } => {
+                if *master == me && self.change_master_pending == Some(*proposed_at_ms) {
+                    self.my_term = Some(*master_version);
+                    self.lease_until = proposed_at_ms + self.cfg.lease_ms;
+                    self.next_renew_at = proposed_at_ms + self.cfg.renew_interval_ms;
+                } else {
+                    self.my_term = None;
+                    self.last_renewal_seen = self.now;
+                    if self.standing_since.is_some() {
+                        self.paxos.step_down();
+                    }
+                }
+                self.change_master_pending = None;
+                self.standing_since = None;
+            }
+            Applied::LeaseRenewed {
+                master_version,
+                proposed_at_ms,
+                ..
+            } => {
+                if self.my_term == Some(*master_version) && self.state.master_id == me {
+                    self.lease_until = self.lease_until.max(proposed_at_ms + self.cfg.lease_ms);
+                } else {
+                    self.last_renewal_seen = self.now;
+                }
+            }
+            Applied::Rejected {
+                kind: "change_master",
+                ..
+            } if self.change_master_pending.is_some() => {
+                self.give_up_campaign();
+            }
+            Applied::MembershipChanged { membership, .. } => {
+                if !membership.contains(me) {
+                    self.my_term = None;
+                    self.paxos.step_down();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn give_up_campaign(&mut self) {
+        self.change_master_pending = None;
+        self.standing_since = None;
+        self.paxos.step_down();
+        let jitter = self.next_random() % (self.cfg.lease_ms / 2 + 1);
+        self.backoff_until = self.now + jitter;
+    }
+
+    /// Every `snapshot_every` instances, compacts the log up to the previous snapshot point (keeping that many
+    /// instances for lagging members) and remembers the current state as the next one. Runs before the Paxos core
+    /// is drained, so the compaction lands in a batch after the chosen entries it covers were written.
+    fn maybe_snapshot(&mut self) {
+        let every = self.cfg.snapshot_every.max(1);
+        let due = self
+            .pending_snapshot
+            .as_ref()
+            .map_or(every, |old| old.applied + every);
+        if self.state.applied < due {
+            return;
+        }
+        if let Some(old) = self.pending_snapshot.take() {
+            if old.applied >= self.paxos.first_held() {
+                self.paxos.compact(Snapshot {
+                    last_included: old.applied,
+                    membership: old.membership.clone(),
+                    data: old.encode_snapshot(),
+                });
+            }
+        }
+        self.pending_snapshot = Some(self.state.clone());
+    }
+
+    /// Election and renewal decisions, taken after every input.
+    fn drive(&mut self, out: &mut NodeReady) {
+        let now = self.now;
+        let me = self.id();
+        self.send_status(out);
+        if self.state.master_id != 0 {
+            self.paxos.set_prepare_guard(
+                self.last_renewal_seen + self.cfg.lease_ms,
+                self.state.master_id,
+            );
+        }
+        if self.state.master_id == me && self.my_term == Some(self.state.master_version) {
+            match self.paxos.role() {
+                // Someone unseated our Paxos leadership (for example right after a partition healed): take it
+                // back, or the lease cannot be renewed.
+                Role::Follower => self.paxos.campaign(),
+                Role::Candidate => {}
+                Role::Leader => {
+                    if now >= self.next_renew_at {
+                        let cmd = Command::RenewLease {
+                            master_version: self.state.master_version,
+                            proposed_at_ms: now,
+                        };
+                        if self.paxos.propose(cmd.encode()).is_ok() {
+                            self.next_renew_at = now + self.cfg.renew_interval_ms;
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        self.my_term = None;
+        let Some(since) = self.standing_since else {
+            // A member that is not standing must not lead: its ballot would lock the master out.
+            if self.paxos.role() != Role::Follower {
+                self.paxos.step_down();
+            }
+            if self.may_stand(now) {
+                self.standing_since = Some(now);
+                self.paxos.campaign();
+            }
+            return;
+        };
+        if now.saturating_sub(since) > self.cfg.campaign_timeout_ms {
+            self.give_up_campaign();
+            return;
+        }
+        match self.paxos.role() {
+            Role::Follower => self.give_up_campaign(),
+            Role::Candidate => {}
+            Role::Leader => {
+                let log_settled = self.paxos.pending() == (0, 0)
+                    && self.paxos.last_chosen() == self.state.applied;
+                if self.change_master_pending.is_none() && log_settled {
+                    let cmd = Command::ChangeMaster {
+                        expected_version: self.state.master_version,
+                        expected_lease_seq: self.state.lease_seq,
+                        new_master: me,
+                        proposed_at_ms: now,
+                    };
+                    if self.paxos.propose(cmd.encode()).is_ok() {
+                        self.change_master_pending = Some(now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn may_stand(&self, now: u64) -> bool {
+        if !self.state.membership.contains(self.id()) || now < self.backoff_until {
+            return false;
+        }
+        let rank = self.rank();
+        let wait =
+            self.cfg.lease_ms + self.cfg.max_clock_drift_ms + rank * self.cfg.stand_stagger_ms;
+        now >= self.last_renewal_seen + wait
+    }
+
+    /// How many members have applied more than this one (ties go to the lower id).
+    fn rank(&self) -> u64 {
+        let me = self.id();
+        let mine = self.progress();
+        self.state
+            .membership
+            .members
+            .iter()
+            .filter(|&&m| m != me)
+            .filter(|m| {
+                let theirs = self.peer_progress.get(m).copied().unwrap_or(0);
+                theirs > mine || (theirs == mine && **m < me)
+            })
+            .count() as u64
+    }
+
+    fn progress(&self) -> u64 {
+        self.progress_override.unwrap_or(self.state.applied)
+    }
+
+    fn send_status(&mut self, out: &mut NodeReady) {
+        if self
+            .last_status_sent
+            .is_some_and(|t| self.now.saturating_sub(t) < self.cfg.status_interval_ms)
+        {
+            return;
+        }
+        self.last_status_sent = Some(self.now);
+        let (me, progress) = (self.id(), self.progress());
+        for &to in &self.state.membership.members {
+            if to != me {
+                out.messages.push(PeerMessage::Status {
+                    from: me,
+                    to,
+                    progress,
+                });
+            }
+        }
+    }
+
+    fn next_random(&mut self) -> u64 {
+        // xorshift64*: deterministic per seed, no global RNG in the core.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// Appends `next` to `acc` as if both batches were written one after the other.
+fn merge_batch(acc: &mut WriteBatch, next: WriteBatch) {
+    if let Some(p) = next.promised {
+        acc.promised = Some(acc.promised.map_or(p, |a| a.max(p)));
+    }
+    acc.accepted.extend(next.accepted);
+    acc.chosen.extend(next.chosen);
+    if next.snapshot.is_some() {
+        acc.snapshot = next.snapshot;
+    }
+}

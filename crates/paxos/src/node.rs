@@ -1,0 +1,959 @@
+//! [`PaxosNode`]: one member's acceptor, proposer and learner as a single pure state machine.
+//!
+//! The protocol is Multi-Paxos with a stable leader (Lamport, "Paxos Made Simple" §3): a proposer runs phase 1
+//! once for every instance from its first unchosen one on, then each command costs one phase-2 round trip.
+//! Membership changes are values in the log that take effect for the instances after them; the leader stops
+//! proposing past a pending change until it has run phase 1 with the new members.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::message::{Message, MessageBody};
+use crate::storage::{RecoveredState, Snapshot, WriteBatch};
+use crate::types::{Ballot, Instance, Membership, NodeId, Value};
+
+/// Tunables of one member. Times are in milliseconds of the caller's monotonic clock.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub id: NodeId,
+    /// How often a leader announces its commit point (also its liveness signal to followers).
+    pub heartbeat_ms: u64,
+    /// How long a prepare, accept or catch-up request waits for an answer before it is sent again.
+    pub retransmit_ms: u64,
+    /// Instances a leader may have proposed and not yet seen chosen (the pipeline depth).
+    pub max_in_flight: usize,
+    /// Whether queued commands share one instance (up to `max_batch_bytes`) or take one each.
+    pub batching: bool,
+    pub max_batch_bytes: usize,
+    /// Entries per promise message before the report is paged.
+    pub max_promise_entries: usize,
+    /// Limits of one catch-up message.
+    pub catch_up_max_entries: usize,
+    pub catch_up_max_bytes: usize,
+    /// Deliberately broken behaviour, only for proving that the simulator catches it. Never set in the daemon.
+    #[doc(hidden)]
+    pub bug: Option<Bug>,
+}
+
+/// Protocol bugs the simulator must be able to find.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// The new leader ignores the values reported in phase 1 and proposes its own.
+    IgnorePromisedValues,
+}
+
+impl Config {
+    pub fn new(id: NodeId) -> Self {
+        Config {
+            id,
+            heartbeat_ms: 100,
+            retransmit_ms: 200,
+            max_in_flight: 64,
+            batching: true,
+            max_batch_bytes: 4 << 20,
+            max_promise_entries: 512,
+            catch_up_max_entries: 512,
+            catch_up_max_bytes: 8 << 20,
+            bug: None,
+        }
+    }
+}
+
+/// What the caller must do after feeding the node, drained by [`PaxosNode::take_ready`].
+#[derive(Debug, Default)]
+pub struct Ready {
+    /// Write this to storage. Messages in `after_persist` depend on it being durable.
+    pub batch: WriteBatch,
+    /// Send now, in any order.
+    pub messages: Vec<Message>,
+    /// Send only once `batch` (and every earlier one) is durable.
+    pub after_persist: Vec<Message>,
+    /// Newly chosen values, contiguous and in instance order, each reported once: apply them.
+    pub chosen: Vec<(Instance, Value)>,
+    /// A peer no longer holds the instances this node is missing (they were compacted away): the node must be
+    /// rebuilt from a healthy member's snapshot, see [`PaxosNode::install_snapshot`].
+    pub rebuild_required: Option<Instance>,
+}
+
+impl Ready {
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+            && self.messages.is_empty()
+            && self.after_persist.is_empty()
+            && self.chosen.is_empty()
+            && self.rebuild_required.is_none()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Follower,
+    /// Running phase 1 to become leader.
+    Candidate,
+    /// Phase 1 done: proposals go straight to phase 2.
+    Leader,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader (last known leader: {hint:?})")]
+    NotLeader { hint: Option<NodeId> },
+    #[error("a membership change is already pending")]
+    ReconfigurationPending,
+    #[error("membership change must add or remove exactly one member")]
+    NotSingleStep,
+}
+
+#[derive(Debug)]
+struct Phase1 {
+    from: Instance,
+    membership: Membership,
+    /// Next instance each member still has to report on (paging of long reports).
+    cursor: BTreeMap<NodeId, Instance>,
+    complete: BTreeSet<NodeId>,
+    reports: BTreeMap<Instance, (Ballot, Value)>,
+    sent_at: u64,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    value: Value,
+    membership: Membership,
+    accepted_by: BTreeSet<NodeId>,
+    sent_at: u64,
+}
+
+#[derive(Debug)]
+struct Leadership {
+    ballot: Ballot,
+    /// Phase 1 under way: for the whole log when becoming leader, or for the instances after a pending
+    /// membership change. No proposal goes at or past `phase1.from` until it completes.
+    phase1: Option<Phase1>,
+    established: bool,
+    next_instance: Instance,
+    /// Membership for `next_instance`, counting membership changes still in flight.
+    next_membership: Membership,
+    in_flight: BTreeMap<Instance, InFlight>,
+    pending_reconfig: Option<Instance>,
+    last_heartbeat: u64,
+}
+
+/// One member of the Paxos group. See the crate docs for the run loop.
+#[derive(Debug)]
+pub struct PaxosNode {
+    cfg: Config,
+    now: u64,
+    // Acceptor.
+    promised: Ballot,
+    accepted: BTreeMap<Instance, (Ballot, Value)>,
+    prepare_guard: Option<(u64, NodeId)>,
+    // Learner.
+    first_held: Instance,
+    last_chosen: Instance,
+    /// Chosen values from `first_held` to `last_chosen`, for catch-up and phase-1 reports.
+    chosen_log: BTreeMap<Instance, Value>,
+    /// Chosen values known past a gap, waiting for the gap to fill.
+    chosen_ahead: BTreeMap<Instance, Value>,
+    membership: Membership,
+    catch_up_sent_at: Option<u64>,
+    leader_hint: Option<NodeId>,
+    // Proposer.
+    leader: Option<Leadership>,
+    max_round_seen: u64,
+    queue: VecDeque<Vec<u8>>,
+    queued_reconfig: Option<Membership>,
+    ready: Ready,
+}
+
+impl PaxosNode {
+    /// A member starting with an empty log, in the group's initial membership.
+    pub fn new(cfg: Config, initial: Membership) -> Self {
+        Self::restore(
+            cfg,
+            initial,
+            RecoveredState {
+                first_chosen: 1,
+                ..Default::default()
+            },
+            Vec::new(),
+        )
+    }
+
+    /// A member restarting from its storage: `chosen` must be every chosen entry it holds, from
+    /// `state.first_chosen` to `state.last_chosen`. `initial` is the group's initial membership, used when no
+    /// snapshot says otherwise.
+    pub fn restore(
+        cfg: Config,
+        initial: Membership,
+        state: RecoveredState,
+        chosen: Vec<(Instance, Value)>,
+    ) -> Self {
+        let mut membership = state
+            .snapshot
+            .as_ref()
+            .map_or(initial, |s| s.membership.clone());
+        let mut chosen_log = BTreeMap::new();
+        for (i, v) in chosen {
+            if let Value::Reconfigure(m) = &v {
+                if membership.is_single_step_to(m) {
+                    membership = m.clone();
+                }
+            }
+            chosen_log.insert(i, v);
+        }
+        PaxosNode {
+            max_round_seen: state.promised.round,
+            cfg,
+            now: 0,
+            promised: state.promised,
+            accepted: state.accepted,
+            prepare_guard: None,
+            first_held: state.first_chosen,
+            last_chosen: state.last_chosen,
+            chosen_log,
+            chosen_ahead: BTreeMap::new(),
+            membership,
+            catch_up_sent_at: None,
+            leader_hint: None,
+            leader: None,
+            queue: VecDeque::new(),
+            queued_reconfig: None,
+            ready: Ready::default(),
+        }
+    }
+
+    // ----- introspection -----
+
+    pub fn id(&self) -> NodeId {
+        self.cfg.id
+    }
+    pub fn role(&self) -> Role {
+        match &self.leader {
+            None => Role::Follower,
+            Some(l) if l.established => Role::Leader,
+            Some(_) => Role::Candidate,
+        }
+    }
+    pub fn ballot(&self) -> Option<Ballot> {
+        self.leader.as_ref().map(|l| l.ballot)
+    }
+    pub fn promised(&self) -> Ballot {
+        self.promised
+    }
+    pub fn last_chosen(&self) -> Instance {
+        self.last_chosen
+    }
+    pub fn first_held(&self) -> Instance {
+        self.first_held
+    }
+    /// Membership in force for the instance after the last chosen one.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+    pub fn leader_hint(&self) -> Option<NodeId> {
+        self.leader_hint
+    }
+    /// Proposed instances not yet chosen, plus commands waiting for a slot.
+    pub fn pending(&self) -> (usize, usize) {
+        (
+            self.leader.as_ref().map_or(0, |l| l.in_flight.len()),
+            self.queue.len(),
+        )
+    }
+    /// The chosen value of `instance`, if held in memory.
+    pub fn chosen_value(&self, instance: Instance) -> Option<&Value> {
+        self.chosen_log.get(&instance)
+    }
+
+    pub fn take_ready(&mut self) -> Ready {
+        self.flush_queue();
+        std::mem::take(&mut self.ready)
+    }
+
+    // ----- inputs -----
+
+    /// Advances time: retransmissions and heartbeats.
+    pub fn tick(&mut self, now: u64) {
+        self.now = self.now.max(now);
+        let now = self.now;
+        let retransmit = self.cfg.retransmit_ms;
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        let mut out = Vec::new();
+        if let Some(p) = l.phase1.as_mut() {
+            if now.saturating_sub(p.sent_at) >= retransmit {
+                p.sent_at = now;
+                for (&node, &cursor) in &p.cursor {
+                    if !p.complete.contains(&node) {
+                        out.push((
+                            node,
+                            MessageBody::Prepare {
+                                ballot: l.ballot,
+                                from_instance: cursor,
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        for (&instance, f) in l.in_flight.iter_mut() {
+            if now.saturating_sub(f.sent_at) >= retransmit {
+                f.sent_at = now;
+                for &node in f.membership.members.difference(&f.accepted_by) {
+                    let body = MessageBody::Accept {
+                        ballot: l.ballot,
+                        instance,
+                        value: f.value.clone(),
+                        chosen_up_to: self.last_chosen,
+                    };
+                    out.push((node, body));
+                }
+            }
+        }
+        if l.established && now.saturating_sub(l.last_heartbeat) >= self.cfg.heartbeat_ms {
+            l.last_heartbeat = now;
+            let mut to: BTreeSet<NodeId> = self.membership.members.clone();
+            to.extend(l.next_membership.members.iter().copied());
+            for node in to {
+                if node != self.cfg.id {
+                    out.push((
+                        node,
+                        MessageBody::Commit {
+                            ballot: l.ballot,
+                            chosen_up_to: self.last_chosen,
+                        },
+                    ));
+                }
+            }
+        }
+        for (to, body) in out {
+            self.send(to, body);
+        }
+    }
+
+    /// Tells the acceptor to ignore prepares from anyone but `except` until `until` (and from itself never):
+    /// while a master lease is live, a node cut off from the master must not unseat it. Liveness only; safety
+    /// never depends on it.
+    pub fn set_prepare_guard(&mut self, until: u64, except: NodeId) {
+        self.prepare_guard = Some((until, except));
+    }
+
+    /// Starts phase 1 with a ballot above every one seen. No-op if already leading or campaigning.
+    pub fn campaign(&mut self) {
+        if self.leader.is_some() {
+            return;
+        }
+        let ballot = Ballot::new(
+            self.max_round_seen.max(self.promised.round) + 1,
+            self.cfg.id,
+        );
+        self.max_round_seen = ballot.round;
+        // Promise our own ballot durably before any prepare leaves: a restarted node must never reuse a ballot
+        // that others may have promised, or it could propose two values under one ballot.
+        self.promised = ballot;
+        self.ready.batch.promised = Some(ballot);
+        let from = self.last_chosen + 1;
+        let membership = self.membership.clone();
+        self.leader = Some(Leadership {
+            ballot,
+            phase1: None,
+            established: false,
+            next_instance: from,
+            next_membership: membership.clone(),
+            in_flight: BTreeMap::new(),
+            pending_reconfig: None,
+            last_heartbeat: 0,
+        });
+        self.start_phase1(from, membership);
+    }
+
+    /// Gives up leadership (queued commands are dropped; values in flight may still be chosen).
+    pub fn step_down(&mut self) {
+        self.leader = None;
+        self.queue.clear();
+        self.queued_reconfig = None;
+    }
+
+    /// Queues a command for the log. Only a leader (or a candidate, whose queue waits for phase 1) takes them.
+    pub fn propose(&mut self, command: Vec<u8>) -> Result<(), ProposeError> {
+        if self.leader.is_none() {
+            return Err(ProposeError::NotLeader {
+                hint: self.leader_hint,
+            });
+        }
+        self.queue.push_back(command);
+        Ok(())
+    }
+
+    /// Queues a membership change (add or remove one member).
+    pub fn propose_membership(&mut self, next: Membership) -> Result<(), ProposeError> {
+        let Some(l) = self.leader.as_ref() else {
+            return Err(ProposeError::NotLeader {
+                hint: self.leader_hint,
+            });
+        };
+        if l.pending_reconfig.is_some() || self.queued_reconfig.is_some() {
+            return Err(ProposeError::ReconfigurationPending);
+        }
+        if !l.next_membership.is_single_step_to(&next) {
+            return Err(ProposeError::NotSingleStep);
+        }
+        self.queued_reconfig = Some(next);
+        Ok(())
+    }
+
+    /// Discards chosen entries up to the snapshot, which the caller took of its state machine at
+    /// `snapshot.last_included` (at most the last chosen instance).
+    pub fn compact(&mut self, snapshot: Snapshot) {
+        assert!(
+            snapshot.last_included <= self.last_chosen,
+            "snapshot past the chosen log"
+        );
+        if snapshot.last_included < self.first_held {
+            return;
+        }
+        self.chosen_log = self.chosen_log.split_off(&(snapshot.last_included + 1));
+        self.first_held = snapshot.last_included + 1;
+        self.ready.batch.snapshot = Some(snapshot);
+    }
+
+    /// Installs a snapshot taken from a healthy member after [`Ready::rebuild_required`].
+    pub fn install_snapshot(&mut self, snapshot: Snapshot) {
+        if snapshot.last_included <= self.last_chosen {
+            return;
+        }
+        self.step_down();
+        self.last_chosen = snapshot.last_included;
+        self.first_held = snapshot.last_included + 1;
+        self.chosen_log.clear();
+        self.chosen_ahead = self.chosen_ahead.split_off(&(self.last_chosen + 1));
+        self.accepted = self.accepted.split_off(&(self.last_chosen + 1));
+        self.membership = snapshot.membership.clone();
+        self.ready.batch.snapshot = Some(snapshot);
+        self.advance_chosen();
+    }
+
+    /// Handles one message addressed to this node.
+    pub fn step(&mut self, msg: Message) {
+        if msg.to != self.cfg.id {
+            return;
+        }
+        let from = msg.from;
+        match msg.body {
+            MessageBody::Prepare {
+                ballot,
+                from_instance,
+            } => self.on_prepare(from, ballot, from_instance),
+            MessageBody::Promise {
+                ballot,
+                from_instance,
+                entries,
+                more,
+            } => self.on_promise(from, ballot, from_instance, entries, more),
+            MessageBody::Nack { rejected, promised } => self.on_nack(rejected, promised),
+            MessageBody::Accept {
+                ballot,
+                instance,
+                value,
+                chosen_up_to,
+            } => self.on_accept(from, ballot, instance, value, chosen_up_to),
+            MessageBody::Accepted { ballot, instance } => self.on_accepted(from, ballot, instance),
+            MessageBody::Commit {
+                ballot,
+                chosen_up_to,
+            } => self.on_commit(from, ballot, chosen_up_to),
+            MessageBody::CatchUpRequest { from_instance } => {
+                self.on_catch_up_request(from, from_instance)
+            }
+            MessageBody::CatchUp {
+                entries,
+                chosen_up_to,
+            } => self.on_catch_up(from, entries, chosen_up_to),
+            MessageBody::CatchUpGone { first_held } => {
+                if first_held > self.last_chosen + 1 {
+                    self.ready.rebuild_required = Some(first_held);
+                }
+            }
+        }
+    }
+
+    // ----- acceptor -----
+
+    fn on_prepare(&mut self, from: NodeId, ballot: Ballot, from_instance: Instance) {
+        if let Some((until, except)) = self.prepare_guard {
+            if self.now < until && from != except && from != self.cfg.id {
+                return;
+            }
+        }
+        if ballot < self.promised {
+            self.send(
+                from,
+                MessageBody::Nack {
+                    rejected: ballot,
+                    promised: self.promised,
+                },
+            );
+            return;
+        }
+        if from_instance < self.first_held {
+            self.send(
+                from,
+                MessageBody::CatchUpGone {
+                    first_held: self.first_held,
+                },
+            );
+            return;
+        }
+        self.raise_promise(ballot);
+        let mut entries: Vec<(Instance, Ballot, Value)> = Vec::new();
+        let limit = self.cfg.max_promise_entries.max(1);
+        let chosen = self
+            .chosen_log
+            .range(from_instance..)
+            .map(|(i, v)| (*i, Ballot::CHOSEN, v));
+        let mut above: BTreeMap<Instance, (Ballot, &Value)> = self
+            .accepted
+            .range(from_instance..)
+            .map(|(i, (b, v))| (*i, (*b, v)))
+            .collect();
+        for (i, v) in self.chosen_ahead.range(from_instance..) {
+            above.insert(*i, (Ballot::CHOSEN, v));
+        }
+        let mut more = false;
+        for (i, b, v) in chosen.chain(above.into_iter().map(|(i, (b, v))| (i, b, v))) {
+            if entries.len() >= limit {
+                more = true;
+                break;
+            }
+            entries.push((i, b, v.clone()));
+        }
+        self.send_after_persist(
+            from,
+            MessageBody::Promise {
+                ballot,
+                from_instance,
+                entries,
+                more,
+            },
+        );
+    }
+
+    fn raise_promise(&mut self, ballot: Ballot) {
+        self.max_round_seen = self.max_round_seen.max(ballot.round);
+        if ballot > self.promised {
+            self.promised = ballot;
+            self.ready.batch.promised = Some(ballot);
+            if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {
+                self.step_down();
+            }
+        }
+    }
+
+    fn on_accept(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        instance: Instance,
+        value: Value,
+        chosen_up_to: Instance,
+    ) {
+        if ballot < self.promised {
+            self.send(
+                from,
+                MessageBody::Nack {
+                    rejected: ballot,
+                    promised: self.promised,
+                },
+            );
+            return;
+        }
+        self.raise_promise(ballot);
+        self.leader_hint = Some(ballot.node);
+        if instance > self.last_chosen && !self.chosen_ahead.contains_key(&instance) {
+            self.accepted.insert(instance, (ballot, value.clone()));
+            self.ready.batch.accepted.push((instance, ballot, value));
+        }
+        self.send_after_persist(from, MessageBody::Accepted { ballot, instance });
+        self.on_commit(from, ballot, chosen_up_to);
+    }
+
+    // ----- proposer -----
+
+    fn start_phase1(&mut self, from: Instance, membership: Membership) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        let ballot = l.ballot;
+        let cursor = membership.members.iter().map(|&n| (n, from)).collect();
+        l.phase1 = Some(Phase1 {
+            from,
+            membership: membership.clone(),
+            cursor,
+            complete: BTreeSet::new(),
+            reports: BTreeMap::new(),
+            sent_at: self.now,
+        });
+        for &node in &membership.members {
+            self.send_after_persist(
+                node,
+                MessageBody::Prepare {
+                    ballot,
+                    from_instance: from,
+                },
+            );
+        }
+    }
+
+    fn on_promise(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        from_instance: Instance,
+        entries: Vec<(Instance, Ballot, Value)>,
+        more: bool,
+    ) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        if l.ballot != ballot {
+            return;
+        }
+        let Some(p) = l.phase1.as_mut() else { return };
+        if p.cursor.get(&from) != Some(&from_instance) || p.complete.contains(&from) {
+            return; // a duplicate, or a page we already have
+        }
+        let mut next = from_instance;
+        for (i, b, v) in entries {
+            if i < from_instance {
+                continue;
+            }
+            next = next.max(i + 1);
+            match p.reports.get(&i) {
+                Some((have, _)) if *have >= b => {}
+                _ => {
+                    p.reports.insert(i, (b, v));
+                }
+            }
+        }
+        if more {
+            p.cursor.insert(from, next);
+            self.send(
+                from,
+                MessageBody::Prepare {
+                    ballot,
+                    from_instance: next,
+                },
+            );
+            return;
+        }
+        p.complete.insert(from);
+        if p.membership.is_quorum(p.complete.iter()) {
+            self.finish_phase1();
+        }
+    }
+
+    fn finish_phase1(&mut self) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        let Some(p) = l.phase1.take() else { return };
+        let mut reports = p.reports;
+        if self.cfg.bug == Some(Bug::IgnorePromisedValues) {
+            reports.clear();
+        }
+        let last = reports.keys().next_back().copied().unwrap_or(p.from - 1);
+        let membership = p.membership;
+        for i in p.from..=last {
+            let value = reports.remove(&i).map_or(Value::Noop, |(_, v)| v);
+            let reconfig = match &value {
+                Value::Reconfigure(m) if membership.is_single_step_to(m) => Some(m.clone()),
+                _ => None,
+            };
+            self.propose_at(i, value, membership.clone());
+            if let Some(m) = reconfig {
+                self.begin_reconfig(i, m);
+                return;
+            }
+        }
+        if let Some(l) = self.leader.as_mut() {
+            l.next_instance = last + 1;
+            l.next_membership = membership;
+            l.established = true;
+        }
+    }
+
+    fn begin_reconfig(&mut self, at: Instance, next: Membership) {
+        if let Some(l) = self.leader.as_mut() {
+            l.pending_reconfig = Some(at);
+            l.next_instance = at + 1;
+            l.next_membership = next.clone();
+            l.established = true;
+        }
+        self.start_phase1(at + 1, next);
+    }
+
+    fn propose_at(&mut self, instance: Instance, value: Value, membership: Membership) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        let ballot = l.ballot;
+        let to: Vec<NodeId> = membership.members.iter().copied().collect();
+        l.in_flight.insert(
+            instance,
+            InFlight {
+                value: value.clone(),
+                membership,
+                accepted_by: BTreeSet::new(),
+                sent_at: self.now,
+            },
+        );
+        let chosen_up_to = self.last_chosen;
+        for node in to {
+            self.send(
+                node,
+                MessageBody::Accept {
+                    ballot,
+                    instance,
+                    value: value.clone(),
+                    chosen_up_to,
+                },
+            );
+        }
+    }
+
+    fn flush_queue(&mut self) {
+        loop {
+            let Some(l) = self.leader.as_ref() else {
+                return;
+            };
+            if !l.established
+                || l.phase1.is_some()
+                || l.in_flight.len() >= self.cfg.max_in_flight.max(1)
+            {
+                return;
+            }
+            let instance = l.next_instance;
+            let membership = l.next_membership.clone();
+            if l.pending_reconfig.is_none() {
+                if let Some(next) = self.queued_reconfig.take() {
+                    self.propose_at(instance, Value::Reconfigure(next.clone()), membership);
+                    self.begin_reconfig(instance, next);
+                    continue;
+                }
+            }
+            if self.queue.is_empty() {
+                return;
+            }
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            while let Some(cmd) = self.queue.front() {
+                if !batch.is_empty()
+                    && (!self.cfg.batching || bytes + cmd.len() > self.cfg.max_batch_bytes)
+                {
+                    break;
+                }
+                bytes += cmd.len();
+                batch.extend(self.queue.pop_front());
+            }
+            self.propose_at(instance, Value::Batch(batch), membership);
+            if let Some(l) = self.leader.as_mut() {
+                l.next_instance = instance + 1;
+            }
+        }
+    }
+
+    fn on_accepted(&mut self, from: NodeId, ballot: Ballot, instance: Instance) {
+        let Some(l) = self.leader.as_mut() else {
+            return;
+        };
+        if l.ballot != ballot {
+            return;
+        }
+        let Some(f) = l.in_flight.get_mut(&instance) else {
+            return;
+        };
+        if !f.membership.contains(from) {
+            return;
+        }
+        f.accepted_by.insert(from);
+        if f.membership.is_quorum(f.accepted_by.iter()) {
+            let f = l.in_flight.remove(&instance).map(|f| f.value);
+            if l.pending_reconfig == Some(instance) {
+                l.pending_reconfig = None;
+            }
+            if let Some(v) = f {
+                self.learn(instance, v);
+            }
+        }
+    }
+
+    fn on_nack(&mut self, rejected: Ballot, promised: Ballot) {
+        self.max_round_seen = self.max_round_seen.max(promised.round);
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|l| l.ballot == rejected && promised > rejected)
+        {
+            self.step_down();
+        }
+    }
+
+    // ----- learner -----
+
+    fn on_commit(&mut self, from: NodeId, ballot: Ballot, chosen_up_to: Instance) {
+        if ballot >= self.promised {
+            self.leader_hint = Some(ballot.node);
+        }
+        if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {
+            self.step_down();
+        }
+        let mut i = self.last_chosen + 1;
+        while i <= chosen_up_to {
+            if !self.chosen_ahead.contains_key(&i) {
+                match self.accepted.get(&i) {
+                    Some((b, v)) if *b == ballot => {
+                        let v = v.clone();
+                        self.learn(i, v);
+                    }
+                    _ => break,
+                }
+            }
+            i += 1;
+        }
+        if self.last_chosen < chosen_up_to {
+            self.request_catch_up(from);
+        }
+    }
+
+    fn request_catch_up(&mut self, from: NodeId) {
+        if from == self.cfg.id {
+            return;
+        }
+        if let Some(at) = self.catch_up_sent_at {
+            if self.now.saturating_sub(at) < self.cfg.retransmit_ms {
+                return;
+            }
+        }
+        self.catch_up_sent_at = Some(self.now);
+        self.send(
+            from,
+            MessageBody::CatchUpRequest {
+                from_instance: self.last_chosen + 1,
+            },
+        );
+    }
+
+    fn on_catch_up_request(&mut self, from: NodeId, from_instance: Instance) {
+        if from_instance < self.first_held {
+            self.send(
+                from,
+                MessageBody::CatchUpGone {
+                    first_held: self.first_held,
+                },
+            );
+            return;
+        }
+        let mut entries = Vec::new();
+        let mut bytes = 0;
+        for (i, v) in self.chosen_log.range(from_instance..) {
+            if entries.len() >= self.cfg.catch_up_max_entries
+                || (bytes >= self.cfg.catch_up_max_bytes && !entries.is_empty())
+            {
+                break;
+            }
+            bytes += v.size_bytes();
+            entries.push((*i, v.clone()));
+        }
+        self.send(
+            from,
+            MessageBody::CatchUp {
+                entries,
+                chosen_up_to: self.last_chosen,
+            },
+        );
+    }
+
+    fn on_catch_up(
+        &mut self,
+        from: NodeId,
+        entries: Vec<(Instance, Value)>,
+        chosen_up_to: Instance,
+    ) {
+        self.catch_up_sent_at = None;
+        for (i, v) in entries {
+            self.learn(i, v);
+        }
+        if self.last_chosen < chosen_up_to {
+            self.request_catch_up(from);
+        }
+    }
+
+    /// Records that `value` is chosen at `instance` and reports every newly contiguous chosen value.
+    fn learn(&mut self, instance: Instance, value: Value) {
+        if instance <= self.last_chosen || self.chosen_ahead.contains_key(&instance) {
+            return;
+        }
+        // A value learned from elsewhere that differs from our own proposal means a higher ballot chose it: we
+        // are no longer the leader, and must not tell anyone that our proposal there was chosen.
+        if let Some(l) = self.leader.as_ref() {
+            if l.in_flight.get(&instance).is_some_and(|f| f.value != value) {
+                self.step_down();
+            }
+        }
+        self.chosen_ahead.insert(instance, value);
+        self.advance_chosen();
+    }
+
+    fn advance_chosen(&mut self) {
+        while let Some(value) = self.chosen_ahead.remove(&(self.last_chosen + 1)) {
+            let instance = self.last_chosen + 1;
+            self.last_chosen = instance;
+            self.accepted.remove(&instance);
+            if let Value::Reconfigure(m) = &value {
+                if self.membership.is_single_step_to(m) {
+                    self.membership = m.clone();
+                }
+            }
+            self.chosen_log.insert(instance, value.clone());
+            self.ready.batch.chosen.push((instance, value.clone()));
+            self.ready.chosen.push((instance, value));
+        }
+        // Keep the chosen-ahead map from holding values below the log after a snapshot install.
+        self.chosen_ahead = self.chosen_ahead.split_off(&(self.last_chosen + 1));
+        if let Some(l) = self.leader.as_mut() {
+            l.in_flight = l.in_flight.split_off(&(self.last_chosen + 1));
+            if l.pending_reconfig.is_some_and(|r| r <= self.last_chosen) {
+                l.pending_reconfig = None;
+            }
+        }
+        // A member removed from the group stops leading once the change is chosen.
+        if self.leader.is_some()
+            && !self.membership.contains(self.cfg.id)
+            && self
+                .leader
+                .as_ref()
+                .is_some_and(|l| l.pending_reconfig.is_none())
+        {
+            self.step_down();
+        }
+    }
+
+    // ----- output -----
+
+    fn send(&mut self, to: NodeId, body: MessageBody) {
+        self.ready.messages.push(Message {
+            from: self.cfg.id,
+            to,
+            body,
+        });
+    }
+
+    fn send_after_persist(&mut self, to: NodeId, body: MessageBody) {
+        self.ready.after_persist.push(Message {
+            from: self.cfg.id,
+            to,
+            body,
+        });
+    }
+}
