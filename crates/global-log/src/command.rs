@@ -9,27 +9,12 @@ use paxsql_paxos::NodeId;
 pub enum Command {
     /// Compare-and-set: make `new_master` master if the master version and the lease sequence are still the ones
     /// the candidate saw. The lease sequence moves with every renewal, so a candidate that missed a renewal loses.
-    ChangeMaster {
-        expected_version: u64,
-        expected_lease_seq: u64,
-        new_master: NodeId,
-        proposed_at_ms: u64,
-    },
+    ChangeMaster { expected_version: u64, expected_lease_seq: u64, new_master: NodeId, proposed_at_ms: u64 },
     /// The master extends its lease; `proposed_at_ms` is on the master's own monotonic clock.
-    RenewLease {
-        master_version: u64,
-        proposed_at_ms: u64,
-    },
+    RenewLease { master_version: u64, proposed_at_ms: u64 },
     /// Binlog transactions `first_seq..=last_seq` of GTID domain `domain_id`, written by the master of
     /// `master_version` (whose mariadbd runs with `server_id`), as the raw events MariaDB sent.
-    AppendBinlog {
-        master_version: u64,
-        domain_id: u32,
-        server_id: u32,
-        first_seq: u64,
-        last_seq: u64,
-        events: Vec<u8>,
-    },
+    AppendBinlog { master_version: u64, domain_id: u32, server_id: u32, first_seq: u64, last_seq: u64, events: Vec<u8> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,38 +43,18 @@ impl Command {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            Command::ChangeMaster {
-                expected_version,
-                expected_lease_seq,
-                new_master,
-                proposed_at_ms,
-            } => {
+            Command::ChangeMaster { expected_version, expected_lease_seq, new_master, proposed_at_ms } => {
                 out.push(TAG_CHANGE_MASTER);
-                for n in [
-                    *expected_version,
-                    *expected_lease_seq,
-                    *new_master,
-                    *proposed_at_ms,
-                ] {
+                for n in [*expected_version, *expected_lease_seq, *new_master, *proposed_at_ms] {
                     out.extend_from_slice(&n.to_le_bytes());
                 }
             }
-            Command::RenewLease {
-                master_version,
-                proposed_at_ms,
-            } => {
+            Command::RenewLease { master_version, proposed_at_ms } => {
                 out.push(TAG_RENEW_LEASE);
                 out.extend_from_slice(&master_version.to_le_bytes());
                 out.extend_from_slice(&proposed_at_ms.to_le_bytes());
             }
-            Command::AppendBinlog {
-                master_version,
-                domain_id,
-                server_id,
-                first_seq,
-                last_seq,
-                events,
-            } => {
+            Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events } => {
                 out.reserve(37 + events.len());
                 out.push(TAG_APPEND_BINLOG);
                 out.extend_from_slice(&master_version.to_le_bytes());
@@ -106,17 +71,11 @@ impl Command {
     pub fn decode(bytes: &[u8]) -> Result<Command, CommandDecodeError> {
         let mut pos = 0usize;
         let mut take = |n: usize| -> Result<&[u8], CommandDecodeError> {
-            let s = bytes
-                .get(pos..pos + n)
-                .ok_or(CommandDecodeError::Truncated(pos))?;
+            let s = bytes.get(pos..pos + n).ok_or(CommandDecodeError::Truncated(pos))?;
             pos += n;
             Ok(s)
         };
-        let u64_of = |s: &[u8]| {
-            s.iter()
-                .rev()
-                .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
-        };
+        let u64_of = |s: &[u8]| s.iter().rev().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
         let tag = take(1)?[0];
         let cmd = match tag {
             TAG_CHANGE_MASTER => Command::ChangeMaster {
@@ -125,10 +84,9 @@ impl Command {
                 new_master: u64_of(take(8)?),
                 proposed_at_ms: u64_of(take(8)?),
             },
-            TAG_RENEW_LEASE => Command::RenewLease {
-                master_version: u64_of(take(8)?),
-                proposed_at_ms: u64_of(take(8)?),
-            },
+            TAG_RENEW_LEASE => {
+                Command::RenewLease { master_version: u64_of(take(8)?), proposed_at_ms: u64_of(take(8)?) }
+            }
             TAG_APPEND_BINLOG => {
                 let master_version = u64_of(take(8)?);
                 let domain_id = u64_of(take(4)?) as u32;
@@ -136,14 +94,7 @@ impl Command {
                 let first_seq = u64_of(take(8)?);
                 let last_seq = u64_of(take(8)?);
                 let events = bytes.get(pos..).unwrap_or_default().to_vec();
-                return Ok(Command::AppendBinlog {
-                    master_version,
-                    domain_id,
-                    server_id,
-                    first_seq,
-                    last_seq,
-                    events,
-                });
+                return Ok(Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events });
             }
             other => return Err(CommandDecodeError::UnknownTag(other)),
         };
@@ -161,16 +112,8 @@ mod tests {
     #[test]
     fn round_trip_and_truncation() {
         let cmds = [
-            Command::ChangeMaster {
-                expected_version: 3,
-                expected_lease_seq: 99,
-                new_master: 2,
-                proposed_at_ms: 12345,
-            },
-            Command::RenewLease {
-                master_version: u64::MAX,
-                proposed_at_ms: 0,
-            },
+            Command::ChangeMaster { expected_version: 3, expected_lease_seq: 99, new_master: 2, proposed_at_ms: 12345 },
+            Command::RenewLease { master_version: u64::MAX, proposed_at_ms: 0 },
             Command::AppendBinlog {
                 master_version: 7,
                 domain_id: 0,
@@ -191,32 +134,14 @@ mod tests {
         for c in cmds {
             let enc = c.encode();
             assert_eq!(Command::decode(&enc), Ok(c.clone()));
-            let fixed = if matches!(c, Command::AppendBinlog { .. }) {
-                33
-            } else {
-                enc.len()
-            };
+            let fixed = if matches!(c, Command::AppendBinlog { .. }) { 33 } else { enc.len() };
             for cut in 0..fixed {
-                assert!(
-                    Command::decode(&enc[..cut]).is_err(),
-                    "{} cut at {cut}",
-                    c.kind()
-                );
+                assert!(Command::decode(&enc[..cut]).is_err(), "{} cut at {cut}", c.kind());
             }
         }
-        assert_eq!(
-            Command::decode(&[0]),
-            Err(CommandDecodeError::UnknownTag(0))
-        );
-        let mut long = Command::RenewLease {
-            master_version: 1,
-            proposed_at_ms: 1,
-        }
-        .encode();
+        assert_eq!(Command::decode(&[0]), Err(CommandDecodeError::UnknownTag(0)));
+        let mut long = Command::RenewLease { master_version: 1, proposed_at_ms: 1 }.encode();
         long.push(0);
-        assert_eq!(
-            Command::decode(&long),
-            Err(CommandDecodeError::TrailingBytes(1))
-        );
+        assert_eq!(Command::decode(&long), Err(CommandDecodeError::TrailingBytes(1)));
     }
 }

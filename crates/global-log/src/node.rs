@@ -11,8 +11,7 @@
 use std::collections::BTreeMap;
 
 use paxsql_paxos::{
-    Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot,
-    Value, WriteBatch,
+    Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot, Value, WriteBatch,
 };
 
 use crate::command::Command;
@@ -144,24 +143,11 @@ pub struct GlobalLogNode {
 impl GlobalLogNode {
     /// A member with an empty log, starting at local time `now`.
     pub fn new(cfg: GlobalLogConfig, now: u64) -> Self {
-        Self::restore(
-            cfg,
-            RecoveredState {
-                first_chosen: 1,
-                ..Default::default()
-            },
-            Vec::new(),
-            now,
-        )
+        Self::restore(cfg, RecoveredState { first_chosen: 1, ..Default::default() }, Vec::new(), now)
     }
 
     /// A member restarting from its storage (see [`PaxosNode::restore`]).
-    pub fn restore(
-        cfg: GlobalLogConfig,
-        recovered: RecoveredState,
-        chosen: Vec<(Instance, Value)>,
-        now: u64,
-    ) -> Self {
+    pub fn restore(cfg: GlobalLogConfig, recovered: RecoveredState, chosen: Vec<(Instance, Value)>, now: u64) -> Self {
         let mut state = recovered
             .snapshot
             .as_ref()
@@ -174,14 +160,8 @@ impl GlobalLogNode {
                 sink.clear();
             }
         }
-        let paxos = PaxosNode::restore(
-            cfg.paxos.clone(),
-            cfg.initial_membership.clone(),
-            recovered,
-            chosen,
-        );
-        let rng =
-            cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ cfg.paxos.id ^ 0x5851_F42D_4C95_7F2D;
+        let paxos = PaxosNode::restore(cfg.paxos.clone(), cfg.initial_membership.clone(), recovered, chosen);
+        let rng = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ cfg.paxos.id ^ 0x5851_F42D_4C95_7F2D;
         GlobalLogNode {
             cfg,
             paxos,
@@ -219,9 +199,7 @@ impl GlobalLogNode {
     }
     /// Whether this node holds the master lease at local time `now`: only then may it serve as master.
     pub fn holds_lease(&self, now: u64) -> bool {
-        self.state.master_id == self.id()
-            && self.my_term == Some(self.state.master_version)
-            && now < self.lease_until
+        self.state.master_id == self.id() && self.my_term == Some(self.state.master_version) && now < self.lease_until
     }
     /// The master term this node is serving, if it holds the lease at `now`.
     pub fn master_term(&self, now: u64) -> Option<u64> {
@@ -266,14 +244,7 @@ impl GlobalLogNode {
         events: Vec<u8>,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
-        let cmd = Command::AppendBinlog {
-            master_version,
-            domain_id,
-            server_id,
-            first_seq,
-            last_seq,
-            events,
-        };
+        let cmd = Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events };
         self.paxos.propose(cmd.encode())?;
         Ok(())
     }
@@ -304,9 +275,7 @@ impl GlobalLogNode {
 
     /// Rebuilds this member from a healthy member's snapshot (after [`NodeReady::rebuild_required`]).
     pub fn install_snapshot(&mut self, snapshot: Snapshot) -> bool {
-        let Some(state) =
-            ReplicatedState::decode_snapshot(&snapshot.data, snapshot.membership.clone())
-        else {
+        let Some(state) = ReplicatedState::decode_snapshot(&snapshot.data, snapshot.membership.clone()) else {
             return false;
         };
         if state.applied <= self.state.applied {
@@ -321,9 +290,7 @@ impl GlobalLogNode {
 
     fn require_master(&self) -> Result<u64, GlobalLogError> {
         if self.state.master_id != self.id() || self.my_term != Some(self.state.master_version) {
-            return Err(GlobalLogError::NotMaster {
-                master: self.state.master_id,
-            });
+            return Err(GlobalLogError::NotMaster { master: self.state.master_id });
         }
         if !self.holds_lease(self.now) {
             return Err(GlobalLogError::LeaseExpired);
@@ -346,10 +313,8 @@ impl GlobalLogNode {
     fn absorb(&mut self, out: &mut NodeReady) {
         let r = self.paxos.take_ready();
         merge_batch(&mut out.batch, r.batch);
-        out.messages
-            .extend(r.messages.into_iter().map(PeerMessage::Paxos));
-        out.after_persist
-            .extend(r.after_persist.into_iter().map(PeerMessage::Paxos));
+        out.messages.extend(r.messages.into_iter().map(PeerMessage::Paxos));
+        out.after_persist.extend(r.after_persist.into_iter().map(PeerMessage::Paxos));
         out.rebuild_required = out.rebuild_required.or(r.rebuild_required);
         for (instance, value) in r.chosen {
             if instance != self.state.applied + 1 {
@@ -368,12 +333,7 @@ impl GlobalLogNode {
     fn on_applied(&mut self, effect: &Applied) {
         let me = self.id();
         match effect {
-            Applied::MasterChanged {
-                master,
-                master_version,
-                proposed_at_ms,
-                ..
-            } => {
+            Applied::MasterChanged { master, master_version, proposed_at_ms, .. } => {
                 if *master == me && self.change_master_pending == Some(*proposed_at_ms) {
                     self.my_term = Some(*master_version);
                     self.lease_until = proposed_at_ms + self.cfg.lease_ms;
@@ -388,21 +348,14 @@ impl GlobalLogNode {
                 self.change_master_pending = None;
                 self.standing_since = None;
             }
-            Applied::LeaseRenewed {
-                master_version,
-                proposed_at_ms,
-                ..
-            } => {
+            Applied::LeaseRenewed { master_version, proposed_at_ms, .. } => {
                 if self.my_term == Some(*master_version) && self.state.master_id == me {
                     self.lease_until = self.lease_until.max(proposed_at_ms + self.cfg.lease_ms);
                 } else {
                     self.last_renewal_seen = self.now;
                 }
             }
-            Applied::Rejected {
-                kind: "change_master",
-                ..
-            } if self.change_master_pending.is_some() => {
+            Applied::Rejected { kind: "change_master", .. } if self.change_master_pending.is_some() => {
                 self.give_up_campaign();
             }
             Applied::MembershipChanged { membership, .. } => {
@@ -428,10 +381,7 @@ impl GlobalLogNode {
     /// is drained, so the compaction lands in a batch after the chosen entries it covers were written.
     fn maybe_snapshot(&mut self) {
         let every = self.cfg.snapshot_every.max(1);
-        let due = self
-            .pending_snapshot
-            .as_ref()
-            .map_or(every, |old| old.applied + every);
+        let due = self.pending_snapshot.as_ref().map_or(every, |old| old.applied + every);
         if self.state.applied < due {
             return;
         }
@@ -453,10 +403,7 @@ impl GlobalLogNode {
         let me = self.id();
         self.send_status(out);
         if self.state.master_id != 0 {
-            self.paxos.set_prepare_guard(
-                self.last_renewal_seen + self.cfg.lease_ms,
-                self.state.master_id,
-            );
+            self.paxos.set_prepare_guard(self.last_renewal_seen + self.cfg.lease_ms, self.state.master_id);
         }
         if self.state.master_id == me && self.my_term == Some(self.state.master_version) {
             match self.paxos.role() {
@@ -466,10 +413,8 @@ impl GlobalLogNode {
                 Role::Candidate => {}
                 Role::Leader => {
                     if now >= self.next_renew_at {
-                        let cmd = Command::RenewLease {
-                            master_version: self.state.master_version,
-                            proposed_at_ms: now,
-                        };
+                        let cmd =
+                            Command::RenewLease { master_version: self.state.master_version, proposed_at_ms: now };
                         if self.paxos.propose(cmd.encode()).is_ok() {
                             self.next_renew_at = now + self.cfg.renew_interval_ms;
                         }
@@ -498,8 +443,7 @@ impl GlobalLogNode {
             Role::Follower => self.give_up_campaign(),
             Role::Candidate => {}
             Role::Leader => {
-                let log_settled = self.paxos.pending() == (0, 0)
-                    && self.paxos.last_chosen() == self.state.applied;
+                let log_settled = self.paxos.pending() == (0, 0) && self.paxos.last_chosen() == self.state.applied;
                 if self.change_master_pending.is_none() && log_settled {
                     let cmd = Command::ChangeMaster {
                         expected_version: self.state.master_version,
@@ -520,8 +464,7 @@ impl GlobalLogNode {
             return false;
         }
         let rank = self.rank();
-        let wait =
-            self.cfg.lease_ms + self.cfg.max_clock_drift_ms + rank * self.cfg.stand_stagger_ms;
+        let wait = self.cfg.lease_ms + self.cfg.max_clock_drift_ms + rank * self.cfg.stand_stagger_ms;
         now >= self.last_renewal_seen + wait
     }
 
@@ -546,21 +489,14 @@ impl GlobalLogNode {
     }
 
     fn send_status(&mut self, out: &mut NodeReady) {
-        if self
-            .last_status_sent
-            .is_some_and(|t| self.now.saturating_sub(t) < self.cfg.status_interval_ms)
-        {
+        if self.last_status_sent.is_some_and(|t| self.now.saturating_sub(t) < self.cfg.status_interval_ms) {
             return;
         }
         self.last_status_sent = Some(self.now);
         let (me, progress) = (self.id(), self.progress());
         for &to in &self.state.membership.members {
             if to != me {
-                out.messages.push(PeerMessage::Status {
-                    from: me,
-                    to,
-                    progress,
-                });
+                out.messages.push(PeerMessage::Status { from: me, to, progress });
             }
         }
     }

@@ -45,34 +45,11 @@ pub enum RejectReason {
 /// One effect of applying the log, in log order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
-    MasterChanged {
-        instance: Instance,
-        master_version: u64,
-        master: NodeId,
-        proposed_at_ms: u64,
-    },
-    LeaseRenewed {
-        instance: Instance,
-        master_version: u64,
-        proposed_at_ms: u64,
-    },
-    BinlogAppended {
-        instance: Instance,
-        master_version: u64,
-        gtid_first: LastGtid,
-        last_seq: u64,
-        events: Vec<u8>,
-    },
-    MembershipChanged {
-        instance: Instance,
-        membership: Membership,
-    },
-    Rejected {
-        instance: Instance,
-        kind: &'static str,
-        master_version: u64,
-        reason: RejectReason,
-    },
+    MasterChanged { instance: Instance, master_version: u64, master: NodeId, proposed_at_ms: u64 },
+    LeaseRenewed { instance: Instance, master_version: u64, proposed_at_ms: u64 },
+    BinlogAppended { instance: Instance, master_version: u64, gtid_first: LastGtid, last_seq: u64, events: Vec<u8> },
+    MembershipChanged { instance: Instance, membership: Membership },
+    Rejected { instance: Instance, kind: &'static str, master_version: u64, reason: RejectReason },
 }
 
 impl ReplicatedState {
@@ -90,21 +67,14 @@ impl ReplicatedState {
 
     /// Applies the chosen value of the next instance.
     pub fn apply(&mut self, instance: Instance, value: &Value, out: &mut Vec<Applied>) {
-        assert_eq!(
-            instance,
-            self.applied + 1,
-            "global log applied out of order"
-        );
+        assert_eq!(instance, self.applied + 1, "global log applied out of order");
         self.applied = instance;
         match value {
             Value::Noop => {}
             Value::Reconfigure(m) => {
                 if self.membership.is_single_step_to(m) {
                     self.membership = m.clone();
-                    out.push(Applied::MembershipChanged {
-                        instance,
-                        membership: m.clone(),
-                    });
+                    out.push(Applied::MembershipChanged { instance, membership: m.clone() });
                 } else {
                     out.push(Applied::Rejected {
                         instance,
@@ -135,25 +105,15 @@ impl ReplicatedState {
         match self.check(&cmd) {
             Err(reason) => {
                 let master_version = match &cmd {
-                    Command::ChangeMaster {
-                        expected_version, ..
-                    } => *expected_version,
-                    Command::RenewLease { master_version, .. }
-                    | Command::AppendBinlog { master_version, .. } => *master_version,
+                    Command::ChangeMaster { expected_version, .. } => *expected_version,
+                    Command::RenewLease { master_version, .. } | Command::AppendBinlog { master_version, .. } => {
+                        *master_version
+                    }
                 };
-                out.push(Applied::Rejected {
-                    instance,
-                    kind,
-                    master_version,
-                    reason,
-                });
+                out.push(Applied::Rejected { instance, kind, master_version, reason });
             }
             Ok(()) => match cmd {
-                Command::ChangeMaster {
-                    new_master,
-                    proposed_at_ms,
-                    ..
-                } => {
+                Command::ChangeMaster { new_master, proposed_at_ms, .. } => {
                     self.master_id = new_master;
                     self.master_version += 1;
                     self.lease_seq += 1;
@@ -164,43 +124,15 @@ impl ReplicatedState {
                         proposed_at_ms,
                     });
                 }
-                Command::RenewLease {
-                    master_version,
-                    proposed_at_ms,
-                } => {
+                Command::RenewLease { master_version, proposed_at_ms } => {
                     self.lease_seq += 1;
-                    out.push(Applied::LeaseRenewed {
-                        instance,
-                        master_version,
-                        proposed_at_ms,
-                    });
+                    out.push(Applied::LeaseRenewed { instance, master_version, proposed_at_ms });
                 }
-                Command::AppendBinlog {
-                    master_version,
-                    domain_id,
-                    server_id,
-                    first_seq,
-                    last_seq,
-                    events,
-                } => {
-                    self.last_gtid = Some(LastGtid {
-                        domain_id,
-                        server_id,
-                        seq_no: last_seq,
-                    });
+                Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events } => {
+                    self.last_gtid = Some(LastGtid { domain_id, server_id, seq_no: last_seq });
                     self.transactions += last_seq - first_seq + 1;
-                    let gtid_first = LastGtid {
-                        domain_id,
-                        server_id,
-                        seq_no: first_seq,
-                    };
-                    out.push(Applied::BinlogAppended {
-                        instance,
-                        master_version,
-                        gtid_first,
-                        last_seq,
-                        events,
-                    });
+                    let gtid_first = LastGtid { domain_id, server_id, seq_no: first_seq };
+                    out.push(Applied::BinlogAppended { instance, master_version, gtid_first, last_seq, events });
                 }
             },
         }
@@ -211,25 +143,14 @@ impl ReplicatedState {
             if got == self.master_version {
                 Ok(())
             } else {
-                Err(RejectReason::StaleMasterVersion {
-                    have: self.master_version,
-                    got,
-                })
+                Err(RejectReason::StaleMasterVersion { have: self.master_version, got })
             }
         };
         match cmd {
-            Command::ChangeMaster {
-                expected_version,
-                expected_lease_seq,
-                new_master,
-                ..
-            } => {
+            Command::ChangeMaster { expected_version, expected_lease_seq, new_master, .. } => {
                 current(*expected_version)?;
                 if *expected_lease_seq != self.lease_seq {
-                    return Err(RejectReason::StaleLeaseSeq {
-                        have: self.lease_seq,
-                        got: *expected_lease_seq,
-                    });
+                    return Err(RejectReason::StaleLeaseSeq { have: self.lease_seq, got: *expected_lease_seq });
                 }
                 if !self.membership.contains(*new_master) {
                     return Err(RejectReason::NotAMember { node: *new_master });
@@ -237,29 +158,17 @@ impl ReplicatedState {
                 Ok(())
             }
             Command::RenewLease { master_version, .. } => current(*master_version),
-            Command::AppendBinlog {
-                master_version,
-                domain_id,
-                first_seq,
-                last_seq,
-                ..
-            } => {
+            Command::AppendBinlog { master_version, domain_id, first_seq, last_seq, .. } => {
                 current(*master_version)?;
                 if last_seq < first_seq {
                     return Err(RejectReason::EmptyRange);
                 }
                 if let Some(last) = self.last_gtid {
                     if last.domain_id != *domain_id {
-                        return Err(RejectReason::WrongDomain {
-                            have: last.domain_id,
-                            got: *domain_id,
-                        });
+                        return Err(RejectReason::WrongDomain { have: last.domain_id, got: *domain_id });
                     }
                     if *first_seq != last.seq_no + 1 {
-                        return Err(RejectReason::GtidGap {
-                            expected: last.seq_no + 1,
-                            got: *first_seq,
-                        });
+                        return Err(RejectReason::GtidGap { expected: last.seq_no + 1, got: *first_seq });
                     }
                 }
                 Ok(())
@@ -270,13 +179,7 @@ impl ReplicatedState {
     /// Encoding for [`paxsql_paxos::Snapshot::data`] (membership travels in the snapshot itself).
     pub fn encode_snapshot(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
-        for n in [
-            self.applied,
-            self.master_id,
-            self.master_version,
-            self.lease_seq,
-            self.transactions,
-        ] {
+        for n in [self.applied, self.master_id, self.master_version, self.lease_seq, self.transactions] {
             out.extend_from_slice(&n.to_le_bytes());
         }
         match self.last_gtid {
@@ -292,14 +195,10 @@ impl ReplicatedState {
     }
 
     pub fn decode_snapshot(data: &[u8], membership: Membership) -> Option<Self> {
-        let u64_at = |at: usize| {
-            data.get(at..at + 8)
-                .map(|s| s.iter().rev().fold(0u64, |a, b| (a << 8) | u64::from(*b)))
-        };
-        let u32_at = |at: usize| {
-            data.get(at..at + 4)
-                .map(|s| s.iter().rev().fold(0u32, |a, b| (a << 8) | u32::from(*b)))
-        };
+        let u64_at =
+            |at: usize| data.get(at..at + 8).map(|s| s.iter().rev().fold(0u64, |a, b| (a << 8) | u64::from(*b)));
+        let u32_at =
+            |at: usize| data.get(at..at + 4).map(|s| s.iter().rev().fold(0u32, |a, b| (a << 8) | u32::from(*b)));
         let mut s = ReplicatedState::new(membership);
         s.applied = u64_at(0)?;
         s.master_id = u64_at(8)?;
@@ -309,11 +208,7 @@ impl ReplicatedState {
         match data.get(40)? {
             0 if data.len() == 41 => {}
             1 if data.len() == 57 => {
-                s.last_gtid = Some(LastGtid {
-                    domain_id: u32_at(41)?,
-                    server_id: u32_at(45)?,
-                    seq_no: u64_at(49)?,
-                });
+                s.last_gtid = Some(LastGtid { domain_id: u32_at(41)?, server_id: u32_at(45)?, seq_no: u64_at(49)? });
             }
             _ => return None,
         }
@@ -341,41 +236,13 @@ mod tests {
         };
         s.apply(1, &batch(&[cm(0, 0, 1), cm(0, 0, 2)]), &mut out);
         assert_eq!((s.master_id, s.master_version, s.lease_seq), (1, 1, 1));
-        assert!(matches!(
-            out[1],
-            Applied::Rejected {
-                reason: RejectReason::StaleMasterVersion { .. },
-                ..
-            }
-        ));
+        assert!(matches!(out[1], Applied::Rejected { reason: RejectReason::StaleMasterVersion { .. }, .. }));
         out.clear();
-        s.apply(
-            2,
-            &batch(&[
-                Command::RenewLease {
-                    master_version: 1,
-                    proposed_at_ms: 5,
-                },
-                cm(1, 1, 2),
-            ]),
-            &mut out,
-        );
-        assert!(matches!(
-            out[1],
-            Applied::Rejected {
-                reason: RejectReason::StaleLeaseSeq { have: 2, got: 1 },
-                ..
-            }
-        ));
+        s.apply(2, &batch(&[Command::RenewLease { master_version: 1, proposed_at_ms: 5 }, cm(1, 1, 2)]), &mut out);
+        assert!(matches!(out[1], Applied::Rejected { reason: RejectReason::StaleLeaseSeq { have: 2, got: 1 }, .. }));
         out.clear();
         s.apply(3, &batch(&[cm(1, 2, 9)]), &mut out);
-        assert!(matches!(
-            out[0],
-            Applied::Rejected {
-                reason: RejectReason::NotAMember { node: 9 },
-                ..
-            }
-        ));
+        assert!(matches!(out[0], Applied::Rejected { reason: RejectReason::NotAMember { node: 9 }, .. }));
         s.apply(4, &batch(&[cm(1, 2, 3)]), &mut out);
         assert_eq!((s.master_id, s.master_version), (3, 2));
     }
@@ -403,48 +270,16 @@ mod tests {
             &mut out,
         );
         out.clear();
-        s.apply(
-            2,
-            &batch(&[
-                ap(1, 10, 12),
-                ap(1, 14, 14),
-                ap(0, 13, 13),
-                ap(1, 13, 13),
-                ap(1, 15, 14),
-            ]),
-            &mut out,
-        );
-        let kinds: Vec<bool> = out
-            .iter()
-            .map(|a| matches!(a, Applied::BinlogAppended { .. }))
-            .collect();
+        s.apply(2, &batch(&[ap(1, 10, 12), ap(1, 14, 14), ap(0, 13, 13), ap(1, 13, 13), ap(1, 15, 14)]), &mut out);
+        let kinds: Vec<bool> = out.iter().map(|a| matches!(a, Applied::BinlogAppended { .. })).collect();
         assert_eq!(kinds, vec![true, false, false, true, false]);
-        assert!(matches!(
-            out[1],
-            Applied::Rejected {
-                reason: RejectReason::GtidGap {
-                    expected: 13,
-                    got: 14
-                },
-                ..
-            }
-        ));
+        assert!(matches!(out[1], Applied::Rejected { reason: RejectReason::GtidGap { expected: 13, got: 14 }, .. }));
         assert_eq!(s.last_gtid.map(|g| g.seq_no), Some(13));
         assert_eq!(s.transactions, 4);
         // Garbage inside a batch is rejected, not a panic, and the rest of the batch still applies.
         out.clear();
-        s.apply(
-            3,
-            &Value::Batch(vec![vec![0xff, 1], ap(1, 14, 14).encode()]),
-            &mut out,
-        );
-        assert!(matches!(
-            out[0],
-            Applied::Rejected {
-                reason: RejectReason::Malformed(_),
-                ..
-            }
-        ));
+        s.apply(3, &Value::Batch(vec![vec![0xff, 1], ap(1, 14, 14).encode()]), &mut out);
+        assert!(matches!(out[0], Applied::Rejected { reason: RejectReason::Malformed(_), .. }));
         assert_eq!(s.transactions, 5);
     }
 
@@ -452,23 +287,13 @@ mod tests {
     fn snapshot_round_trip() {
         let m = Membership::new([1, 2, 3]);
         let mut s = ReplicatedState::new(m.clone());
-        assert_eq!(
-            ReplicatedState::decode_snapshot(&s.encode_snapshot(), m.clone()),
-            Some(s.clone())
-        );
-        s.last_gtid = Some(LastGtid {
-            domain_id: 2,
-            server_id: 3,
-            seq_no: 4,
-        });
+        assert_eq!(ReplicatedState::decode_snapshot(&s.encode_snapshot(), m.clone()), Some(s.clone()));
+        s.last_gtid = Some(LastGtid { domain_id: 2, server_id: 3, seq_no: 4 });
         s.master_version = 9;
         let enc = s.encode_snapshot();
         assert_eq!(ReplicatedState::decode_snapshot(&enc, m.clone()), Some(s));
         for cut in 0..enc.len() {
-            assert_eq!(
-                ReplicatedState::decode_snapshot(&enc[..cut], m.clone()),
-                None
-            );
+            assert_eq!(ReplicatedState::decode_snapshot(&enc[..cut], m.clone()), None);
         }
     }
 }

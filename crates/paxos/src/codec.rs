@@ -70,9 +70,7 @@ impl Value {
             tag => return Err(DecodeError::UnknownTag { tag }),
         };
         if r.remaining() > 0 {
-            return Err(DecodeError::TrailingBytes {
-                extra: r.remaining(),
-            });
+            return Err(DecodeError::TrailingBytes { extra: r.remaining() });
         }
         Ok(v)
     }
@@ -89,10 +87,7 @@ impl<'a> Reader<'a> {
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.remaining() < n {
-            return Err(DecodeError::Truncated {
-                offset: self.pos,
-                needed: n - self.remaining(),
-            });
+            return Err(DecodeError::Truncated { offset: self.pos, needed: n - self.remaining() });
         }
         let s = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
@@ -131,10 +126,7 @@ mod tests {
             assert!(Value::decode(&enc[..cut]).is_err(), "cut at {cut}");
         }
         assert_eq!(Value::decode(&[9]), Err(DecodeError::UnknownTag { tag: 9 }));
-        assert_eq!(
-            Value::decode(&[0, 0]),
-            Err(DecodeError::TrailingBytes { extra: 1 })
-        );
+        assert_eq!(Value::decode(&[0, 0]), Err(DecodeError::TrailingBytes { extra: 1 }));
         // A huge declared count must not allocate or panic.
         assert!(Value::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err());
     }

@@ -168,30 +168,14 @@ pub struct PaxosNode {
 impl PaxosNode {
     /// A member starting with an empty log, in the group's initial membership.
     pub fn new(cfg: Config, initial: Membership) -> Self {
-        Self::restore(
-            cfg,
-            initial,
-            RecoveredState {
-                first_chosen: 1,
-                ..Default::default()
-            },
-            Vec::new(),
-        )
+        Self::restore(cfg, initial, RecoveredState { first_chosen: 1, ..Default::default() }, Vec::new())
     }
 
     /// A member restarting from its storage: `chosen` must be every chosen entry it holds, from
     /// `state.first_chosen` to `state.last_chosen`. `initial` is the group's initial membership, used when no
     /// snapshot says otherwise.
-    pub fn restore(
-        cfg: Config,
-        initial: Membership,
-        state: RecoveredState,
-        chosen: Vec<(Instance, Value)>,
-    ) -> Self {
-        let mut membership = state
-            .snapshot
-            .as_ref()
-            .map_or(initial, |s| s.membership.clone());
+    pub fn restore(cfg: Config, initial: Membership, state: RecoveredState, chosen: Vec<(Instance, Value)>) -> Self {
+        let mut membership = state.snapshot.as_ref().map_or(initial, |s| s.membership.clone());
         let mut chosen_log = BTreeMap::new();
         for (i, v) in chosen {
             if let Value::Reconfigure(m) = &v {
@@ -255,10 +239,7 @@ impl PaxosNode {
     }
     /// Proposed instances not yet chosen, plus commands waiting for a slot.
     pub fn pending(&self) -> (usize, usize) {
-        (
-            self.leader.as_ref().map_or(0, |l| l.in_flight.len()),
-            self.queue.len(),
-        )
+        (self.leader.as_ref().map_or(0, |l| l.in_flight.len()), self.queue.len())
     }
     /// The chosen value of `instance`, if held in memory.
     pub fn chosen_value(&self, instance: Instance) -> Option<&Value> {
@@ -286,13 +267,7 @@ impl PaxosNode {
                 p.sent_at = now;
                 for (&node, &cursor) in &p.cursor {
                     if !p.complete.contains(&node) {
-                        out.push((
-                            node,
-                            MessageBody::Prepare {
-                                ballot: l.ballot,
-                                from_instance: cursor,
-                            },
-                        ));
+                        out.push((node, MessageBody::Prepare { ballot: l.ballot, from_instance: cursor }));
                     }
                 }
             }
@@ -317,13 +292,7 @@ impl PaxosNode {
             to.extend(l.next_membership.members.iter().copied());
             for node in to {
                 if node != self.cfg.id {
-                    out.push((
-                        node,
-                        MessageBody::Commit {
-                            ballot: l.ballot,
-                            chosen_up_to: self.last_chosen,
-                        },
-                    ));
+                    out.push((node, MessageBody::Commit { ballot: l.ballot, chosen_up_to: self.last_chosen }));
                 }
             }
         }
@@ -344,10 +313,7 @@ impl PaxosNode {
         if self.leader.is_some() {
             return;
         }
-        let ballot = Ballot::new(
-            self.max_round_seen.max(self.promised.round) + 1,
-            self.cfg.id,
-        );
+        let ballot = Ballot::new(self.max_round_seen.max(self.promised.round) + 1, self.cfg.id);
         self.max_round_seen = ballot.round;
         // Promise our own ballot durably before any prepare leaves: a restarted node must never reuse a ballot
         // that others may have promised, or it could propose two values under one ballot.
@@ -378,9 +344,7 @@ impl PaxosNode {
     /// Queues a command for the log. Only a leader (or a candidate, whose queue waits for phase 1) takes them.
     pub fn propose(&mut self, command: Vec<u8>) -> Result<(), ProposeError> {
         if self.leader.is_none() {
-            return Err(ProposeError::NotLeader {
-                hint: self.leader_hint,
-            });
+            return Err(ProposeError::NotLeader { hint: self.leader_hint });
         }
         self.queue.push_back(command);
         Ok(())
@@ -389,9 +353,7 @@ impl PaxosNode {
     /// Queues a membership change (add or remove one member).
     pub fn propose_membership(&mut self, next: Membership) -> Result<(), ProposeError> {
         let Some(l) = self.leader.as_ref() else {
-            return Err(ProposeError::NotLeader {
-                hint: self.leader_hint,
-            });
+            return Err(ProposeError::NotLeader { hint: self.leader_hint });
         };
         if l.pending_reconfig.is_some() || self.queued_reconfig.is_some() {
             return Err(ProposeError::ReconfigurationPending);
@@ -406,10 +368,7 @@ impl PaxosNode {
     /// Discards chosen entries up to the snapshot, which the caller took of its state machine at
     /// `snapshot.last_included` (at most the last chosen instance).
     pub fn compact(&mut self, snapshot: Snapshot) {
-        assert!(
-            snapshot.last_included <= self.last_chosen,
-            "snapshot past the chosen log"
-        );
+        assert!(snapshot.last_included <= self.last_chosen, "snapshot past the chosen log");
         if snapshot.last_included < self.first_held {
             return;
         }
@@ -441,35 +400,18 @@ impl PaxosNode {
         }
         let from = msg.from;
         match msg.body {
-            MessageBody::Prepare {
-                ballot,
-                from_instance,
-            } => self.on_prepare(from, ballot, from_instance),
-            MessageBody::Promise {
-                ballot,
-                from_instance,
-                entries,
-                more,
-            } => self.on_promise(from, ballot, from_instance, entries, more),
-            MessageBody::Nack { rejected, promised } => self.on_nack(rejected, promised),
-            MessageBody::Accept {
-                ballot,
-                instance,
-                value,
-                chosen_up_to,
-            } => self.on_accept(from, ballot, instance, value, chosen_up_to),
-            MessageBody::Accepted { ballot, instance } => self.on_accepted(from, ballot, instance),
-            MessageBody::Commit {
-                ballot,
-                chosen_up_to,
-            } => self.on_commit(from, ballot, chosen_up_to),
-            MessageBody::CatchUpRequest { from_instance } => {
-                self.on_catch_up_request(from, from_instance)
+            MessageBody::Prepare { ballot, from_instance } => self.on_prepare(from, ballot, from_instance),
+            MessageBody::Promise { ballot, from_instance, entries, more } => {
+                self.on_promise(from, ballot, from_instance, entries, more)
             }
-            MessageBody::CatchUp {
-                entries,
-                chosen_up_to,
-            } => self.on_catch_up(from, entries, chosen_up_to),
+            MessageBody::Nack { rejected, promised } => self.on_nack(rejected, promised),
+            MessageBody::Accept { ballot, instance, value, chosen_up_to } => {
+                self.on_accept(from, ballot, instance, value, chosen_up_to)
+            }
+            MessageBody::Accepted { ballot, instance } => self.on_accepted(from, ballot, instance),
+            MessageBody::Commit { ballot, chosen_up_to } => self.on_commit(from, ballot, chosen_up_to),
+            MessageBody::CatchUpRequest { from_instance } => self.on_catch_up_request(from, from_instance),
+            MessageBody::CatchUp { entries, chosen_up_to } => self.on_catch_up(from, entries, chosen_up_to),
             MessageBody::CatchUpGone { first_held } => {
                 if first_held > self.last_chosen + 1 {
                     self.ready.rebuild_required = Some(first_held);
@@ -487,36 +429,19 @@ impl PaxosNode {
             }
         }
         if ballot < self.promised {
-            self.send(
-                from,
-                MessageBody::Nack {
-                    rejected: ballot,
-                    promised: self.promised,
-                },
-            );
+            self.send(from, MessageBody::Nack { rejected: ballot, promised: self.promised });
             return;
         }
         if from_instance < self.first_held {
-            self.send(
-                from,
-                MessageBody::CatchUpGone {
-                    first_held: self.first_held,
-                },
-            );
+            self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
             return;
         }
         self.raise_promise(ballot);
         let mut entries: Vec<(Instance, Ballot, Value)> = Vec::new();
         let limit = self.cfg.max_promise_entries.max(1);
-        let chosen = self
-            .chosen_log
-            .range(from_instance..)
-            .map(|(i, v)| (*i, Ballot::CHOSEN, v));
-        let mut above: BTreeMap<Instance, (Ballot, &Value)> = self
-            .accepted
-            .range(from_instance..)
-            .map(|(i, (b, v))| (*i, (*b, v)))
-            .collect();
+        let chosen = self.chosen_log.range(from_instance..).map(|(i, v)| (*i, Ballot::CHOSEN, v));
+        let mut above: BTreeMap<Instance, (Ballot, &Value)> =
+            self.accepted.range(from_instance..).map(|(i, (b, v))| (*i, (*b, v))).collect();
         for (i, v) in self.chosen_ahead.range(from_instance..) {
             above.insert(*i, (Ballot::CHOSEN, v));
         }
@@ -528,15 +453,7 @@ impl PaxosNode {
             }
             entries.push((i, b, v.clone()));
         }
-        self.send_after_persist(
-            from,
-            MessageBody::Promise {
-                ballot,
-                from_instance,
-                entries,
-                more,
-            },
-        );
+        self.send_after_persist(from, MessageBody::Promise { ballot, from_instance, entries, more });
     }
 
     fn raise_promise(&mut self, ballot: Ballot) {
@@ -550,22 +467,9 @@ impl PaxosNode {
         }
     }
 
-    fn on_accept(
-        &mut self,
-        from: NodeId,
-        ballot: Ballot,
-        instance: Instance,
-        value: Value,
-        chosen_up_to: Instance,
-    ) {
+    fn on_accept(&mut self, from: NodeId, ballot: Ballot, instance: Instance, value: Value, chosen_up_to: Instance) {
         if ballot < self.promised {
-            self.send(
-                from,
-                MessageBody::Nack {
-                    rejected: ballot,
-                    promised: self.promised,
-                },
-            );
+            self.send(from, MessageBody::Nack { rejected: ballot, promised: self.promised });
             return;
         }
         self.raise_promise(ballot);
@@ -595,13 +499,7 @@ impl PaxosNode {
             sent_at: self.now,
         });
         for &node in &membership.members {
-            self.send_after_persist(
-                node,
-                MessageBody::Prepare {
-                    ballot,
-                    from_instance: from,
-                },
-            );
+            self.send_after_persist(node, MessageBody::Prepare { ballot, from_instance: from });
         }
     }
 
@@ -638,13 +536,7 @@ impl PaxosNode {
         }
         if more {
             p.cursor.insert(from, next);
-            self.send(
-                from,
-                MessageBody::Prepare {
-                    ballot,
-                    from_instance: next,
-                },
-            );
+            self.send(from, MessageBody::Prepare { ballot, from_instance: next });
             return;
         }
         p.complete.insert(from);
@@ -701,24 +593,11 @@ impl PaxosNode {
         let to: Vec<NodeId> = membership.members.iter().copied().collect();
         l.in_flight.insert(
             instance,
-            InFlight {
-                value: value.clone(),
-                membership,
-                accepted_by: BTreeSet::new(),
-                sent_at: self.now,
-            },
+            InFlight { value: value.clone(), membership, accepted_by: BTreeSet::new(), sent_at: self.now },
         );
         let chosen_up_to = self.last_chosen;
         for node in to {
-            self.send(
-                node,
-                MessageBody::Accept {
-                    ballot,
-                    instance,
-                    value: value.clone(),
-                    chosen_up_to,
-                },
-            );
+            self.send(node, MessageBody::Accept { ballot, instance, value: value.clone(), chosen_up_to });
         }
     }
 
@@ -727,10 +606,7 @@ impl PaxosNode {
             let Some(l) = self.leader.as_ref() else {
                 return;
             };
-            if !l.established
-                || l.phase1.is_some()
-                || l.in_flight.len() >= self.cfg.max_in_flight.max(1)
-            {
+            if !l.established || l.phase1.is_some() || l.in_flight.len() >= self.cfg.max_in_flight.max(1) {
                 return;
             }
             let instance = l.next_instance;
@@ -748,9 +624,7 @@ impl PaxosNode {
             let mut batch = Vec::new();
             let mut bytes = 0;
             while let Some(cmd) = self.queue.front() {
-                if !batch.is_empty()
-                    && (!self.cfg.batching || bytes + cmd.len() > self.cfg.max_batch_bytes)
-                {
+                if !batch.is_empty() && (!self.cfg.batching || bytes + cmd.len() > self.cfg.max_batch_bytes) {
                     break;
                 }
                 bytes += cmd.len();
@@ -790,11 +664,7 @@ impl PaxosNode {
 
     fn on_nack(&mut self, rejected: Ballot, promised: Ballot) {
         self.max_round_seen = self.max_round_seen.max(promised.round);
-        if self
-            .leader
-            .as_ref()
-            .is_some_and(|l| l.ballot == rejected && promised > rejected)
-        {
+        if self.leader.as_ref().is_some_and(|l| l.ballot == rejected && promised > rejected) {
             self.step_down();
         }
     }
@@ -836,22 +706,12 @@ impl PaxosNode {
             }
         }
         self.catch_up_sent_at = Some(self.now);
-        self.send(
-            from,
-            MessageBody::CatchUpRequest {
-                from_instance: self.last_chosen + 1,
-            },
-        );
+        self.send(from, MessageBody::CatchUpRequest { from_instance: self.last_chosen + 1 });
     }
 
     fn on_catch_up_request(&mut self, from: NodeId, from_instance: Instance) {
         if from_instance < self.first_held {
-            self.send(
-                from,
-                MessageBody::CatchUpGone {
-                    first_held: self.first_held,
-                },
-            );
+            self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
             return;
         }
         let mut entries = Vec::new();
@@ -865,21 +725,10 @@ impl PaxosNode {
             bytes += v.size_bytes();
             entries.push((*i, v.clone()));
         }
-        self.send(
-            from,
-            MessageBody::CatchUp {
-                entries,
-                chosen_up_to: self.last_chosen,
-            },
-        );
+        self.send(from, MessageBody::CatchUp { entries, chosen_up_to: self.last_chosen });
     }
 
-    fn on_catch_up(
-        &mut self,
-        from: NodeId,
-        entries: Vec<(Instance, Value)>,
-        chosen_up_to: Instance,
-    ) {
+    fn on_catch_up(&mut self, from: NodeId, entries: Vec<(Instance, Value)>, chosen_up_to: Instance) {
         self.catch_up_sent_at = None;
         for (i, v) in entries {
             self.learn(i, v);
@@ -930,10 +779,7 @@ impl PaxosNode {
         // A member removed from the group stops leading once the change is chosen.
         if self.leader.is_some()
             && !self.membership.contains(self.cfg.id)
-            && self
-                .leader
-                .as_ref()
-                .is_some_and(|l| l.pending_reconfig.is_none())
+            && self.leader.as_ref().is_some_and(|l| l.pending_reconfig.is_none())
         {
             self.step_down();
         }
@@ -942,18 +788,10 @@ impl PaxosNode {
     // ----- output -----
 
     fn send(&mut self, to: NodeId, body: MessageBody) {
-        self.ready.messages.push(Message {
-            from: self.cfg.id,
-            to,
-            body,
-        });
+        self.ready.messages.push(Message { from: self.cfg.id, to, body });
     }
 
     fn send_after_persist(&mut self, to: NodeId, body: MessageBody) {
-        self.ready.after_persist.push(Message {
-            from: self.cfg.id,
-            to,
-            body,
-        });
+        self.ready.after_persist.push(Message { from: self.cfg.id, to, body });
     }
 }

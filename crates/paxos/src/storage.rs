@@ -34,10 +34,7 @@ pub struct WriteBatch {
 
 impl WriteBatch {
     pub fn is_empty(&self) -> bool {
-        self.promised.is_none()
-            && self.accepted.is_empty()
-            && self.chosen.is_empty()
-            && self.snapshot.is_none()
+        self.promised.is_none() && self.accepted.is_empty() && self.chosen.is_empty() && self.snapshot.is_none()
     }
 }
 
@@ -59,9 +56,7 @@ pub struct RecoveredState {
 pub enum StorageError {
     #[error("chosen entries must be contiguous: expected instance {expected}, got {got}")]
     ChosenGap { expected: Instance, got: Instance },
-    #[error(
-        "instance {instance} is below the first held instance {first} (discarded by a snapshot)"
-    )]
+    #[error("instance {instance} is below the first held instance {first} (discarded by a snapshot)")]
     Compacted { instance: Instance, first: Instance },
     #[error("corrupt storage: {0}")]
     Corrupt(String),
@@ -92,10 +87,7 @@ pub trait Storage {
 }
 
 /// Checks a batch's chosen entries against the log it extends; shared by every implementation.
-pub fn check_chosen_contiguous(
-    last_chosen: Instance,
-    batch: &WriteBatch,
-) -> Result<(), StorageError> {
+pub fn check_chosen_contiguous(last_chosen: Instance, batch: &WriteBatch) -> Result<(), StorageError> {
     let mut expected = match &batch.snapshot {
         Some(s) if s.last_included > last_chosen => s.last_included + 1,
         _ => last_chosen + 1,
@@ -216,10 +208,7 @@ impl Storage for MemStorage {
     ) -> Result<Vec<(Instance, Value)>, StorageError> {
         let first = self.current.first_chosen();
         if from < first {
-            return Err(StorageError::Compacted {
-                instance: from,
-                first,
-            });
+            return Err(StorageError::Compacted { instance: from, first });
         }
         let mut out = Vec::new();
         let mut bytes = 0;
@@ -274,25 +263,11 @@ pub mod conformance {
     fn promise_and_accepted_survive_restart<S: Storage>(open: &mut impl FnMut(&str) -> S) {
         {
             let mut s = open("promise");
-            s.write(
-                &WriteBatch {
-                    promised: Some(b(3)),
-                    ..Default::default()
-                },
-                true,
-            )
-            .unwrap();
-            let batch = WriteBatch {
-                accepted: vec![(1, b(3), v(1)), (5, b(3), v(5))],
-                ..Default::default()
-            };
+            s.write(&WriteBatch { promised: Some(b(3)), ..Default::default() }, true).unwrap();
+            let batch = WriteBatch { accepted: vec![(1, b(3), v(1)), (5, b(3), v(5))], ..Default::default() };
             s.write(&batch, true).unwrap();
             // Overwrite instance 5 at a higher ballot.
-            let batch = WriteBatch {
-                promised: Some(b(4)),
-                accepted: vec![(5, b(4), v(6))],
-                ..Default::default()
-            };
+            let batch = WriteBatch { promised: Some(b(4)), accepted: vec![(5, b(4), v(6))], ..Default::default() };
             s.write(&batch, true).unwrap();
         }
         let mut s = open("promise");
@@ -306,30 +281,14 @@ pub mod conformance {
     fn chosen_log_contiguous_and_gap_refused<S: Storage>(open: &mut impl FnMut(&str) -> S) {
         {
             let mut s = open("chosen");
-            let batch = WriteBatch {
-                chosen: vec![(1, v(1)), (2, v(2))],
-                ..Default::default()
-            };
+            let batch = WriteBatch { chosen: vec![(1, v(1)), (2, v(2))], ..Default::default() };
             s.write(&batch, true).unwrap();
-            let gap = WriteBatch {
-                chosen: vec![(4, v(4))],
-                ..Default::default()
-            };
+            let gap = WriteBatch { chosen: vec![(4, v(4))], ..Default::default() };
             match s.write(&gap, true) {
-                Err(StorageError::ChosenGap {
-                    expected: 3,
-                    got: 4,
-                }) => {}
+                Err(StorageError::ChosenGap { expected: 3, got: 4 }) => {}
                 other => panic!("a gap must be refused, got {other:?}"),
             }
-            s.write(
-                &WriteBatch {
-                    chosen: vec![(3, v(3))],
-                    ..Default::default()
-                },
-                true,
-            )
-            .unwrap();
+            s.write(&WriteBatch { chosen: vec![(3, v(3))], ..Default::default() }, true).unwrap();
         }
         // The refused gap must not have bricked or changed the store.
         let mut s = open("chosen");
@@ -342,15 +301,10 @@ pub mod conformance {
     fn chosen_discards_accepted<S: Storage>(open: &mut impl FnMut(&str) -> S) {
         {
             let mut s = open("discard");
-            let batch = WriteBatch {
-                accepted: vec![(1, b(1), v(1)), (2, b(1), v(2)), (3, b(1), v(3))],
-                ..Default::default()
-            };
+            let batch =
+                WriteBatch { accepted: vec![(1, b(1), v(1)), (2, b(1), v(2)), (3, b(1), v(3))], ..Default::default() };
             s.write(&batch, true).unwrap();
-            let batch = WriteBatch {
-                chosen: vec![(1, v(1)), (2, v(2))],
-                ..Default::default()
-            };
+            let batch = WriteBatch { chosen: vec![(1, v(1)), (2, v(2))], ..Default::default() };
             s.write(&batch, true).unwrap();
         }
         let mut s = open("discard");
@@ -368,29 +322,9 @@ pub mod conformance {
         {
             let mut s = open("snap");
             let chosen = (1..=10).map(|i| (i, v(i as u8))).collect();
-            s.write(
-                &WriteBatch {
-                    chosen,
-                    ..Default::default()
-                },
-                true,
-            )
-            .unwrap();
-            s.write(
-                &WriteBatch {
-                    snapshot: Some(snap(6)),
-                    ..Default::default()
-                },
-                true,
-            )
-            .unwrap();
-            assert!(matches!(
-                s.chosen(3, 10, usize::MAX),
-                Err(StorageError::Compacted {
-                    instance: 3,
-                    first: 7
-                })
-            ));
+            s.write(&WriteBatch { chosen, ..Default::default() }, true).unwrap();
+            s.write(&WriteBatch { snapshot: Some(snap(6)), ..Default::default() }, true).unwrap();
+            assert!(matches!(s.chosen(3, 10, usize::MAX), Err(StorageError::Compacted { instance: 3, first: 7 })));
             assert_eq!(s.chosen(7, 10, usize::MAX).unwrap().len(), 4);
         }
         {
@@ -416,20 +350,9 @@ pub mod conformance {
         assert_eq!(s.chosen(21, 10, usize::MAX).unwrap(), vec![(21, v(21))]);
     }
 
-    fn synced_survives_crash<S: Storage>(
-        open: &mut impl FnMut(&str) -> S,
-        crash: &mut impl FnMut(S),
-    ) {
+    fn synced_survives_crash<S: Storage>(open: &mut impl FnMut(&str) -> S, crash: &mut impl FnMut(S)) {
         let mut s = open("crash");
-        s.write(
-            &WriteBatch {
-                promised: Some(b(2)),
-                chosen: vec![(1, v(1))],
-                ..Default::default()
-            },
-            true,
-        )
-        .unwrap();
+        s.write(&WriteBatch { promised: Some(b(2)), chosen: vec![(1, v(1))], ..Default::default() }, true).unwrap();
         s.write(
             &WriteBatch {
                 promised: Some(b(7)),
@@ -444,11 +367,7 @@ pub mod conformance {
         let mut s = open("crash");
         let r = s.recover().unwrap();
         // The synced batch is there; the un-synced one is there whole or not at all.
-        assert!(
-            r.promised == b(2) || r.promised == b(7),
-            "promise {:?}",
-            r.promised
-        );
+        assert!(r.promised == b(2) || r.promised == b(7), "promise {:?}", r.promised);
         if r.promised == b(7) {
             assert_eq!(r.last_chosen, 2);
             assert_eq!(r.accepted.get(&3), Some(&(b(7), v(3))));
@@ -458,36 +377,16 @@ pub mod conformance {
         }
         // The store keeps working after the crash: the next append continues the recovered log.
         let next = r.last_chosen + 1;
-        s.write(
-            &WriteBatch {
-                chosen: vec![(next, v(9))],
-                ..Default::default()
-            },
-            true,
-        )
-        .unwrap();
+        s.write(&WriteBatch { chosen: vec![(next, v(9))], ..Default::default() }, true).unwrap();
         assert_eq!(s.chosen(next, 1, usize::MAX).unwrap(), vec![(next, v(9))]);
     }
 
     fn read_limits<S: Storage>(open: &mut impl FnMut(&str) -> S) {
         let mut s = open("limits");
-        let chosen = (1..=20)
-            .map(|i| (i, Value::Batch(vec![vec![0; 100]])))
-            .collect();
-        s.write(
-            &WriteBatch {
-                chosen,
-                ..Default::default()
-            },
-            true,
-        )
-        .unwrap();
+        let chosen = (1..=20).map(|i| (i, Value::Batch(vec![vec![0; 100]]))).collect();
+        s.write(&WriteBatch { chosen, ..Default::default() }, true).unwrap();
         assert_eq!(s.chosen(1, 5, usize::MAX).unwrap().len(), 5);
-        assert_eq!(
-            s.chosen(1, 100, 250).unwrap().len(),
-            3,
-            "stops once max_bytes is passed"
-        );
+        assert_eq!(s.chosen(1, 100, 250).unwrap().len(), 3, "stops once max_bytes is passed");
         assert_eq!(s.chosen(1, 100, 0).unwrap().len(), 1, "at least one entry");
         assert!(s.chosen(21, 5, usize::MAX).unwrap().is_empty());
     }
@@ -505,10 +404,7 @@ mod tests {
         // A "directory" is a shared MemStorage; reopening after a crash sees only what was synced.
         let dirs: Rc<RefCell<HashMap<String, MemStorage>>> = Rc::default();
         let open_dirs = dirs.clone();
-        let open = move |key: &str| Handle {
-            key: key.to_string(),
-            dirs: open_dirs.clone(),
-        };
+        let open = move |key: &str| Handle { key: key.to_string(), dirs: open_dirs.clone() };
         let crash = |h: Handle| h.dirs.borrow_mut().get_mut(&h.key).unwrap().crash(0);
         conformance::run_all(open, crash);
     }
@@ -520,18 +416,10 @@ mod tests {
 
     impl Storage for Handle {
         fn recover(&mut self) -> Result<RecoveredState, StorageError> {
-            self.dirs
-                .borrow_mut()
-                .entry(self.key.clone())
-                .or_default()
-                .recover()
+            self.dirs.borrow_mut().entry(self.key.clone()).or_default().recover()
         }
         fn write(&mut self, batch: &WriteBatch, sync: bool) -> Result<(), StorageError> {
-            self.dirs
-                .borrow_mut()
-                .entry(self.key.clone())
-                .or_default()
-                .write(batch, sync)
+            self.dirs.borrow_mut().entry(self.key.clone()).or_default().write(batch, sync)
         }
         fn chosen(
             &self,
@@ -539,11 +427,7 @@ mod tests {
             max_entries: usize,
             max_bytes: usize,
         ) -> Result<Vec<(Instance, Value)>, StorageError> {
-            self.dirs
-                .borrow_mut()
-                .entry(self.key.clone())
-                .or_default()
-                .chosen(from, max_entries, max_bytes)
+            self.dirs.borrow_mut().entry(self.key.clone()).or_default().chosen(from, max_entries, max_bytes)
         }
     }
 }

@@ -22,10 +22,7 @@ impl Ballot {
     pub const ZERO: Ballot = Ballot { round: 0, node: 0 };
     /// Marks a value reported as already chosen: it outranks every real ballot, which is what phase 1
     /// needs (a chosen value is the only safe value for its instance).
-    pub const CHOSEN: Ballot = Ballot {
-        round: u64::MAX,
-        node: u64::MAX,
-    };
+    pub const CHOSEN: Ballot = Ballot { round: u64::MAX, node: u64::MAX };
 
     pub fn new(round: u64, node: NodeId) -> Self {
         Ballot { round, node }
@@ -49,9 +46,7 @@ pub struct Membership {
 
 impl Membership {
     pub fn new(members: impl IntoIterator<Item = NodeId>) -> Self {
-        Membership {
-            members: members.into_iter().collect(),
-        }
+        Membership { members: members.into_iter().collect() }
     }
 
     pub fn contains(&self, node: NodeId) -> bool {
@@ -64,11 +59,7 @@ impl Membership {
     }
 
     pub fn is_quorum<'a>(&self, voters: impl IntoIterator<Item = &'a NodeId>) -> bool {
-        voters
-            .into_iter()
-            .filter(|n| self.members.contains(n))
-            .count()
-            >= self.quorum()
+        voters.into_iter().filter(|n| self.members.contains(n)).count() >= self.quorum()
     }
 
     /// Whether `next` differs from `self` by adding or removing exactly one member, and is not empty.
