@@ -16,6 +16,16 @@
 //! - raft-engine panics (by design) when `fsync` fails, because the page cache may have dropped the data
 //!   (the "fsyncgate" problem): such a store must not go on, and the daemon restarts from disk.
 //!
+//! What damage and a full disk do (each observed in `tests/durability.rs`):
+//! - a torn or garbled tail of the last file is cut off at open, whole batches only;
+//! - a damaged batch in an older file: `open` fails with `Corrupt`;
+//! - a damaged batch inside the last file is taken for a torn tail: the store opens on the batches before it,
+//!   dropping later synced ones (raft-engine cannot tell the two apart). Replication from the other members must
+//!   make up for it, as for a lost disk;
+//! - a damaged entry payload (not the last batch) is found only when read: `chosen` returns `Corrupt`;
+//! - a full disk makes `write` return `Io` ("nospace") and leaves the store as it was; a snapshot cannot free
+//!   space then (it is a write too), and `open` on a full disk fails. Once space is freed the same handle goes on.
+//!
 //! ```
 //! use paxsql_paxos::{Storage, Value, WriteBatch};
 //! use paxsql_paxos_store::RaftEngineStorage;
