@@ -16,6 +16,7 @@ fn hex_bytes(text: &str) -> Vec<u8> {
 }
 
 /// An annotated fixture: one event, hex with `#` comments after each field.
+#[allow(dead_code)] // each test file uses part of this module
 pub fn annotated(name: &str) -> Vec<u8> {
     let path = testdata(&format!("annotated/{name}.hex"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
