@@ -70,11 +70,13 @@ impl GlobalLogConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMessage {
     Paxos(Message),
-    /// How far the sender has applied, for candidate preference.
+    /// How far the sender's database has applied (candidate preference) and its last chosen instance
+    /// (anti-entropy: a member that is behind asks it for the difference).
     Status {
         from: NodeId,
         to: NodeId,
         progress: u64,
+        chosen_up_to: Instance,
     },
 }
 
@@ -227,8 +229,9 @@ impl GlobalLogNode {
         self.now = self.now.max(now);
         match msg {
             PeerMessage::Paxos(m) => self.paxos.step(m),
-            PeerMessage::Status { from, progress, .. } => {
+            PeerMessage::Status { from, progress, chosen_up_to, .. } => {
                 self.peer_progress.insert(from, progress);
+                self.paxos.observe_peer_chosen(from, chosen_up_to);
             }
         }
     }
@@ -445,6 +448,12 @@ impl GlobalLogNode {
             Role::Leader => {
                 let log_settled = self.paxos.pending() == (0, 0) && self.paxos.last_chosen() == self.state.applied;
                 if self.change_master_pending.is_none() && log_settled {
+                    // Phase 1 may have brought renewals we had not seen: the wait since the newest one must have
+                    // passed again before the compare-and-set, or the old master may still hold its lease.
+                    if !self.may_stand(now) {
+                        self.give_up_campaign();
+                        return;
+                    }
                     let cmd = Command::ChangeMaster {
                         expected_version: self.state.master_version,
                         expected_lease_seq: self.state.lease_seq,
@@ -493,10 +502,10 @@ impl GlobalLogNode {
             return;
         }
         self.last_status_sent = Some(self.now);
-        let (me, progress) = (self.id(), self.progress());
+        let (me, progress, chosen_up_to) = (self.id(), self.progress(), self.paxos.last_chosen());
         for &to in &self.state.membership.members {
             if to != me {
-                out.messages.push(PeerMessage::Status { from: me, to, progress });
+                out.messages.push(PeerMessage::Status { from: me, to, progress, chosen_up_to });
             }
         }
     }

@@ -26,6 +26,10 @@ pub struct Config {
     pub max_batch_bytes: usize,
     /// Entries per promise message before the report is paged.
     pub max_promise_entries: usize,
+    /// After hearing from a proposer, ignore prepares from any other node for this long. Keeps a campaign that
+    /// is under way (or a live leader) from being unseated by the next node whose timer fires, which over slow
+    /// links otherwise makes proposers duel forever. Liveness only; safety never depends on it.
+    pub leader_stickiness_ms: u64,
     /// Limits of one catch-up message.
     pub catch_up_max_entries: usize,
     pub catch_up_max_bytes: usize,
@@ -52,6 +56,7 @@ impl Config {
             batching: true,
             max_batch_bytes: 4 << 20,
             max_promise_entries: 512,
+            leader_stickiness_ms: 1000,
             catch_up_max_entries: 512,
             catch_up_max_bytes: 8 << 20,
             bug: None,
@@ -136,6 +141,8 @@ struct Leadership {
     in_flight: BTreeMap<Instance, InFlight>,
     pending_reconfig: Option<Instance>,
     last_heartbeat: u64,
+    /// Acceptors that promised a higher ballot: they will never accept ours again.
+    lost: BTreeSet<NodeId>,
 }
 
 /// One member of the Paxos group. See the crate docs for the run loop.
@@ -147,6 +154,8 @@ pub struct PaxosNode {
     promised: Ballot,
     accepted: BTreeMap<Instance, (Ballot, Value)>,
     prepare_guard: Option<(u64, NodeId)>,
+    /// The proposer this acceptor last heard from, and when.
+    last_contact: Option<(NodeId, u64)>,
     // Learner.
     first_held: Instance,
     last_chosen: Instance,
@@ -192,6 +201,7 @@ impl PaxosNode {
             promised: state.promised,
             accepted: state.accepted,
             prepare_guard: None,
+            last_contact: None,
             first_held: state.first_chosen,
             last_chosen: state.last_chosen,
             chosen_log,
@@ -308,6 +318,15 @@ impl PaxosNode {
         self.prepare_guard = Some((until, except));
     }
 
+    /// A peer says it has chosen up to `chosen_up_to` (anti-entropy, e.g. from a periodic status message): if
+    /// that is ahead of us, ask it for the difference. Learners otherwise hear only from a leader, and a leader
+    /// unseated right after choosing a value may never tell anyone.
+    pub fn observe_peer_chosen(&mut self, peer: NodeId, chosen_up_to: Instance) {
+        if chosen_up_to > self.last_chosen {
+            self.request_catch_up(peer);
+        }
+    }
+
     /// Starts phase 1 with a ballot above every one seen. No-op if already leading or campaigning.
     pub fn campaign(&mut self) {
         if self.leader.is_some() {
@@ -315,6 +334,7 @@ impl PaxosNode {
         }
         let ballot = Ballot::new(self.max_round_seen.max(self.promised.round) + 1, self.cfg.id);
         self.max_round_seen = ballot.round;
+        self.last_contact = Some((self.cfg.id, self.now));
         // Promise our own ballot durably before any prepare leaves: a restarted node must never reuse a ballot
         // that others may have promised, or it could propose two values under one ballot.
         self.promised = ballot;
@@ -330,6 +350,7 @@ impl PaxosNode {
             in_flight: BTreeMap::new(),
             pending_reconfig: None,
             last_heartbeat: 0,
+            lost: BTreeSet::new(),
         });
         self.start_phase1(from, membership);
     }
@@ -404,7 +425,7 @@ impl PaxosNode {
             MessageBody::Promise { ballot, from_instance, entries, more } => {
                 self.on_promise(from, ballot, from_instance, entries, more)
             }
-            MessageBody::Nack { rejected, promised } => self.on_nack(rejected, promised),
+            MessageBody::Nack { rejected, promised } => self.on_nack(from, rejected, promised),
             MessageBody::Accept { ballot, instance, value, chosen_up_to } => {
                 self.on_accept(from, ballot, instance, value, chosen_up_to)
             }
@@ -428,9 +449,18 @@ impl PaxosNode {
                 return;
             }
         }
+        if let Some((leader, at)) = self.last_contact {
+            let fresh = self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms;
+            if fresh && leader != from && from != self.cfg.id && ballot > self.promised {
+                return;
+            }
+        }
         if ballot < self.promised {
             self.send(from, MessageBody::Nack { rejected: ballot, promised: self.promised });
             return;
+        }
+        if from != self.cfg.id {
+            self.last_contact = Some((from, self.now));
         }
         if from_instance < self.first_held {
             self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
@@ -474,6 +504,9 @@ impl PaxosNode {
         }
         self.raise_promise(ballot);
         self.leader_hint = Some(ballot.node);
+        if from != self.cfg.id {
+            self.last_contact = Some((from, self.now));
+        }
         if instance > self.last_chosen && !self.chosen_ahead.contains_key(&instance) {
             self.accepted.insert(instance, (ballot, value.clone()));
             self.ready.batch.accepted.push((instance, ballot, value));
@@ -662,9 +695,26 @@ impl PaxosNode {
         }
     }
 
-    fn on_nack(&mut self, rejected: Ballot, promised: Ballot) {
+    /// One acceptor moving on does not unseat us (the others may still form a majority, and over a slow network
+    /// a late prepare from a rival often reaches just one); we give up once no majority is left.
+    fn on_nack(&mut self, from: NodeId, rejected: Ballot, promised: Ballot) {
         self.max_round_seen = self.max_round_seen.max(promised.round);
-        if self.leader.as_ref().is_some_and(|l| l.ballot == rejected && promised > rejected) {
+        let Some(l) = self.leader.as_mut() else { return };
+        if l.ballot != rejected || promised <= rejected {
+            return;
+        }
+        l.lost.insert(from);
+        let hopeless = |m: &Membership| {
+            m.members.len() - m.members.iter().filter(|n| !l.lost.contains(n)).count() > m.members.len() - m.quorum()
+        };
+        let mut doomed = hopeless(&l.next_membership);
+        if let Some(p) = l.phase1.as_ref() {
+            doomed |= hopeless(&p.membership);
+        }
+        for f in l.in_flight.values() {
+            doomed |= hopeless(&f.membership);
+        }
+        if doomed {
             self.step_down();
         }
     }
@@ -674,6 +724,9 @@ impl PaxosNode {
     fn on_commit(&mut self, from: NodeId, ballot: Ballot, chosen_up_to: Instance) {
         if ballot >= self.promised {
             self.leader_hint = Some(ballot.node);
+            if from != self.cfg.id && from == ballot.node {
+                self.last_contact = Some((from, self.now));
+            }
         }
         if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {
             self.step_down();

@@ -1,0 +1,160 @@
+//! Safety invariants, checked after every simulated step. Each check names the invariant it guards.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use paxsql_global_log::{Applied, LastGtid};
+use paxsql_paxos::{Instance, NodeId, Value};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub at_ms: u64,
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at {} ms: {} violated: {}", self.at_ms, self.invariant, self.detail)
+    }
+}
+
+/// What the whole cluster has learned so far, against which every node's output is checked.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// The one value chosen per instance, as first learned by anyone.
+    chosen: BTreeMap<Instance, Value>,
+    /// Per node, the last instance it applied: it must apply the next one only.
+    applied: BTreeMap<NodeId, Instance>,
+    /// The one master of each master version.
+    master_by_version: BTreeMap<u64, NodeId>,
+    /// The one binlog transaction per GTID sequence number.
+    gtid_log: BTreeMap<u64, Vec<u8>>,
+    /// Per node, the last GTID sequence number it applied.
+    last_seq: BTreeMap<NodeId, u64>,
+    /// Transactions a master acknowledged to its client, by sequence number.
+    acked: BTreeMap<u64, Vec<u8>>,
+}
+
+impl Checker {
+    pub fn acked(&self) -> &BTreeMap<u64, Vec<u8>> {
+        &self.acked
+    }
+    pub fn chosen_count(&self) -> usize {
+        self.chosen.len()
+    }
+    pub fn masters(&self) -> usize {
+        self.master_by_version.len()
+    }
+
+    /// A node (re)starts or is rebuilt at `applied` with `last_gtid`: its next outputs continue from there.
+    pub fn node_reset(&mut self, node: NodeId, applied: Instance, last_gtid: Option<LastGtid>) {
+        self.applied.insert(node, applied);
+        match last_gtid {
+            Some(g) => self.last_seq.insert(node, g.seq_no),
+            None => self.last_seq.remove(&node),
+        };
+    }
+
+    /// One value per instance, never changed; each node applies a prefix of that one log.
+    pub fn chosen(&mut self, at_ms: u64, node: NodeId, instance: Instance, value: &Value) -> Result<(), Violation> {
+        let v = |invariant, detail| Err(Violation { at_ms, invariant, detail });
+        let prev = self.applied.get(&node).copied().unwrap_or(0);
+        if instance != prev + 1 {
+            return v("applied logs are prefixes of one log", format!("node {node} applied {instance} after {prev}"));
+        }
+        self.applied.insert(node, instance);
+        match self.chosen.get(&instance) {
+            Some(have) if have != value => v(
+                "at most one value chosen per instance",
+                format!("instance {instance}: node {node} learned {value:?}, earlier {have:?}"),
+            ),
+            Some(_) => Ok(()),
+            None => {
+                self.chosen.insert(instance, value.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// One master per version; GTIDs gapless and increasing; one transaction per GTID.
+    pub fn applied(&mut self, at_ms: u64, node: NodeId, effect: &Applied) -> Result<(), Violation> {
+        let v = |invariant, detail| Err(Violation { at_ms, invariant, detail });
+        match effect {
+            Applied::MasterChanged { master_version, master, .. } => {
+                match self.master_by_version.insert(*master_version, *master) {
+                    Some(other) if other != *master => {
+                        return v(
+                            "at most one master per master_version",
+                            format!("version {master_version}: {other} and {master}"),
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            Applied::BinlogAppended { gtid_first, last_seq, events, .. } => {
+                if let Some(prev) = self.last_seq.get(&node) {
+                    if gtid_first.seq_no != prev + 1 || *last_seq < gtid_first.seq_no {
+                        return v(
+                            "GTIDs gapless and increasing",
+                            format!("node {node}: {}..={} after {prev}", gtid_first.seq_no, last_seq),
+                        );
+                    }
+                }
+                self.last_seq.insert(node, *last_seq);
+                for seq in gtid_first.seq_no..=*last_seq {
+                    match self.gtid_log.get(&seq) {
+                        Some(have) if have != events => {
+                            return v("one transaction per GTID", format!("seq {seq} on node {node} differs"))
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.gtid_log.insert(seq, events.clone());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Records a transaction the master acknowledged; it must be the one the log holds at that GTID.
+    pub fn ack(&mut self, at_ms: u64, seq: u64, events: &[u8]) -> Result<(), Violation> {
+        if self.gtid_log.get(&seq).map(Vec::as_slice) != Some(events) {
+            return Err(Violation {
+                at_ms,
+                invariant: "no acknowledged write lost",
+                detail: format!("acked seq {seq} is not what the log holds"),
+            });
+        }
+        self.acked.insert(seq, events.to_vec());
+        Ok(())
+    }
+
+    /// Never two nodes that both believe they hold the lease at one instant of real time.
+    pub fn lease(&self, at_ms: u64, holders: &[(NodeId, u64)]) -> Result<(), Violation> {
+        if holders.len() > 1 {
+            return Err(Violation {
+                at_ms,
+                invariant: "at most one lease holder at any instant",
+                detail: format!("holders (node, version): {holders:?}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// At the end: a node that has applied the whole log holds every acknowledged transaction, at its GTID.
+    pub fn all_acked_present(&self, at_ms: u64, node: NodeId, last_seq: u64) -> Result<(), Violation> {
+        if let Some((&max, _)) = self.acked.last_key_value() {
+            if last_seq < max {
+                return Err(Violation {
+                    at_ms,
+                    invariant: "no acknowledged write lost",
+                    detail: format!("node {node} ends at seq {last_seq}, below acknowledged {max}"),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,572 @@
+//! The simulated world: nodes running [`GlobalLogNode`] over [`MemStorage`], a lossy network, drifting clocks and
+//! a chaos schedule, all driven by one seeded RNG and one event queue ordered by (time, sequence), so that a seed
+//! replays identically.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogNode, PeerMessage};
+use paxsql_paxos::{MemStorage, Membership, NodeId, Storage};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::invariants::{Checker, Violation};
+use crate::plan::FaultPlan;
+
+const TICK_MS: u64 = 10;
+const CLIENT_EVERY_MS: u64 = 15;
+/// Hard cap on processed events: a run that needs more is reported, never left spinning.
+const MAX_EVENTS: u64 = 3_000_000;
+
+#[derive(Debug)]
+enum Event {
+    Tick(NodeId),
+    Client,
+    Deliver(PeerMessage),
+    SyncDone { node: NodeId, incarnation: u64, messages: Vec<PeerMessage> },
+    Chaos,
+    Restart(NodeId),
+    Heal,
+}
+
+struct SimNode {
+    node: Option<GlobalLogNode>,
+    store: MemStorage,
+    incarnation: u64,
+    clock_offset: u64,
+    clock_rate: f64,
+    /// Next GTID sequence number this node's client will propose (0: take it from the log).
+    next_seq: u64,
+    term_of_next_seq: u64,
+}
+
+/// Summary of a finished run.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub events: u64,
+    pub chosen: usize,
+    pub acked: usize,
+    pub masters: usize,
+    pub crashes: u64,
+    pub partitions: u64,
+    pub reconfigurations: u64,
+    pub rebuilds: u64,
+    pub sim_ms: u64,
+    /// Time from healing to a new acknowledged commit with all members converged.
+    pub liveness_ms: Option<u64>,
+}
+
+pub struct Outcome {
+    pub plan: FaultPlan,
+    pub stats: Stats,
+    pub violation: Option<Violation>,
+    pub trace: Vec<String>,
+}
+
+pub struct Simulation {
+    plan: FaultPlan,
+    rng: ChaCha8Rng,
+    now: u64,
+    seq: u64,
+    events: BTreeMap<(u64, u64), Event>,
+    nodes: BTreeMap<NodeId, SimNode>,
+    initial: Membership,
+    blocked: BTreeSet<(NodeId, NodeId)>,
+    checker: Checker,
+    healed_at: Option<u64>,
+    /// Highest GTID acknowledged after healing (liveness needs one).
+    acked_after_heal: bool,
+    loss: f64,
+    stats: Stats,
+    trace: Option<Vec<String>>,
+    last_state_line: BTreeMap<NodeId, String>,
+}
+
+impl Simulation {
+    pub fn new(plan: FaultPlan, trace: bool) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(plan.seed);
+        let initial = Membership::new(1..=plan.nodes as u64);
+        let pool = if plan.membership_changes { plan.nodes as u64 + 1 } else { plan.nodes as u64 };
+        let mut nodes = BTreeMap::new();
+        for id in 1..=pool {
+            let rate = 1.0 + rng.gen_range(-plan.clock_rate_error..=plan.clock_rate_error);
+            let offset = rng.gen_range(0..1_000_000);
+            nodes.insert(
+                id,
+                SimNode {
+                    node: None,
+                    store: MemStorage::new(),
+                    incarnation: 0,
+                    clock_offset: offset,
+                    clock_rate: rate,
+                    next_seq: 0,
+                    term_of_next_seq: 0,
+                },
+            );
+        }
+        let loss = plan.loss;
+        let mut sim = Simulation {
+            plan,
+            rng,
+            now: 0,
+            seq: 0,
+            events: BTreeMap::new(),
+            nodes,
+            initial,
+            blocked: BTreeSet::new(),
+            checker: Checker::default(),
+            healed_at: None,
+            acked_after_heal: false,
+            loss,
+            stats: Stats::default(),
+            trace: trace.then(Vec::new),
+            last_state_line: BTreeMap::new(),
+        };
+        let ids: Vec<NodeId> = sim.nodes.keys().copied().collect();
+        for id in ids {
+            sim.start_node(id);
+        }
+        sim.schedule(CLIENT_EVERY_MS, Event::Client);
+        let first_chaos = sim.rng.gen_range(0..sim.plan.chaos_every_ms * 2);
+        sim.schedule(first_chaos, Event::Chaos);
+        sim.schedule(sim.plan.fault_phase_ms, Event::Heal);
+        sim
+    }
+
+    fn node_config(&self, id: NodeId) -> GlobalLogConfig {
+        let mut cfg = GlobalLogConfig::lan(id, self.initial.clone());
+        cfg.lease_ms = FaultPlan::LEASE_MS;
+        cfg.max_clock_drift_ms = FaultPlan::MAX_CLOCK_DRIFT_MS;
+        cfg.snapshot_every = self.plan.snapshot_every;
+        cfg.seed = self.plan.seed;
+        cfg.paxos.max_in_flight = self.plan.max_in_flight;
+        cfg.paxos.batching = self.plan.batching;
+        cfg.paxos.max_batch_bytes = 256;
+        cfg.paxos.max_promise_entries = 16;
+        cfg.paxos.catch_up_max_entries = 16;
+        cfg.paxos.bug = self.plan.bug;
+        cfg
+    }
+
+    fn local_time(&self, id: NodeId) -> u64 {
+        let n = &self.nodes[&id];
+        n.clock_offset + (self.now as f64 * n.clock_rate) as u64
+    }
+
+    fn schedule(&mut self, after_ms: u64, event: Event) {
+        self.seq += 1;
+        self.events.insert((self.now + after_ms, self.seq), event);
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(format!("{:>7} {}", self.now, line()));
+        }
+    }
+
+    fn start_node(&mut self, id: NodeId) {
+        let now = self.local_time(id);
+        let cfg = self.node_config(id);
+        let sn = self.nodes.get_mut(&id).expect("node exists");
+        let recovered = sn.store.recover().expect("MemStorage recover");
+        let chosen = sn.store.chosen(recovered.first_chosen, usize::MAX, usize::MAX).expect("MemStorage read");
+        let node = GlobalLogNode::restore(cfg, recovered, chosen, now);
+        let (applied, last_gtid) = (node.state().applied, node.state().last_gtid);
+        sn.node = Some(node);
+        sn.incarnation += 1;
+        sn.next_seq = 0;
+        self.checker.node_reset(id, applied, last_gtid);
+        let jitter = self.rng.gen_range(0..TICK_MS);
+        self.schedule(jitter, Event::Tick(id));
+        self.log(|| format!("node {id} starts at applied {applied}"));
+    }
+
+    /// Runs to the end: a violation, or liveness reached after healing, or the liveness bound passed.
+    pub fn run(mut self) -> Outcome {
+        let violation = self.run_inner().err();
+        self.stats.chosen = self.checker.chosen_count();
+        self.stats.acked = self.checker.acked().len();
+        self.stats.masters = self.checker.masters();
+        self.stats.sim_ms = self.now;
+        Outcome { plan: self.plan, stats: self.stats, violation, trace: self.trace.unwrap_or_default() }
+    }
+
+    fn run_inner(&mut self) -> Result<(), Violation> {
+        while let Some(((at, _), event)) = self.events.pop_first() {
+            self.now = at;
+            self.stats.events += 1;
+            if self.stats.events > MAX_EVENTS {
+                return Err(self.violation("bounded run", format!("more than {MAX_EVENTS} events")));
+            }
+            self.handle(event)?;
+            self.check_leases()?;
+            if let Some(healed) = self.healed_at {
+                if self.converged() {
+                    self.stats.liveness_ms = Some(self.now - healed);
+                    return self.final_checks();
+                }
+                if self.now > healed + self.plan.liveness_bound_ms {
+                    return Err(self.violation("liveness after faults heal", self.liveness_report()));
+                }
+            }
+        }
+        Err(self.violation("bounded run", "event queue ran dry".into()))
+    }
+
+    fn violation(&self, invariant: &'static str, detail: String) -> Violation {
+        Violation { at_ms: self.now, invariant, detail }
+    }
+
+    fn handle(&mut self, event: Event) -> Result<(), Violation> {
+        match event {
+            Event::Tick(id) => {
+                let now = self.local_time(id);
+                let Some(node) = self.nodes.get_mut(&id).and_then(|n| n.node.as_mut()) else { return Ok(()) };
+                node.tick(now);
+                self.schedule(TICK_MS, Event::Tick(id));
+                self.process_ready(id)
+            }
+            Event::Deliver(msg) => {
+                let to = msg.to();
+                let now = self.local_time(to);
+                if self.blocked.contains(&(msg.from(), to)) {
+                    return Ok(());
+                }
+                if self.nodes.get(&to).is_none_or(|n| n.node.is_none()) {
+                    return Ok(());
+                }
+                if self.trace.is_some() {
+                    self.log(|| format!("deliver {msg:?}"));
+                }
+                if let Some(node) = self.nodes.get_mut(&to).and_then(|n| n.node.as_mut()) {
+                    node.step(msg, now);
+                }
+                self.process_ready(to)
+            }
+            Event::SyncDone { node, incarnation, messages } => {
+                let Some(sn) = self.nodes.get_mut(&node) else { return Ok(()) };
+                if sn.incarnation != incarnation || sn.node.is_none() {
+                    return Ok(()); // the node crashed before its disk caught up: these messages never leave
+                }
+                sn.store.sync();
+                for m in messages {
+                    self.send(m);
+                }
+                Ok(())
+            }
+            Event::Client => {
+                self.client_writes()?;
+                self.schedule(CLIENT_EVERY_MS, Event::Client);
+                Ok(())
+            }
+            Event::Chaos => {
+                if self.healed_at.is_none() {
+                    self.chaos();
+                    let next = self.rng.gen_range(1..self.plan.chaos_every_ms * 2);
+                    self.schedule(next, Event::Chaos);
+                }
+                Ok(())
+            }
+            Event::Restart(id) => {
+                if self.nodes.get(&id).is_some_and(|n| n.node.is_none()) {
+                    self.start_node(id);
+                }
+                Ok(())
+            }
+            Event::Heal => {
+                self.healed_at = Some(self.now);
+                self.blocked.clear();
+                self.loss = 0.0;
+                let down: Vec<NodeId> =
+                    self.nodes.iter().filter(|(_, n)| n.node.is_none()).map(|(id, _)| *id).collect();
+                for id in down {
+                    self.start_node(id);
+                }
+                self.log(|| "heal: partitions removed, all nodes up, no more loss".into());
+                Ok(())
+            }
+        }
+    }
+
+    /// Drains a node's output: checks it, writes its batch, sends its messages.
+    fn process_ready(&mut self, id: NodeId) -> Result<(), Violation> {
+        for _ in 0..4 {
+            let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
+            let Some(node) = sn.node.as_mut() else { return Ok(()) };
+            let ready = node.take_ready();
+            let my_version = (node.state().master_id == id).then_some(node.state().master_version);
+            if self.trace.is_some() {
+                let (role, ballot, applied) = (node.paxos().role(), node.paxos().ballot(), node.state().applied);
+                let (master, version) = (node.state().master_id, node.state().master_version);
+                let line =
+                    format!("node {id}: role={role:?} ballot={ballot:?} applied={applied} master={master} v={version}");
+                if self.last_state_line.get(&id) != Some(&line) {
+                    self.last_state_line.insert(id, line.clone());
+                    self.log(|| line);
+                }
+            }
+            for (instance, value) in &ready.chosen {
+                self.checker.chosen(self.now, id, *instance, value)?;
+            }
+            for effect in &ready.applied {
+                self.checker.applied(self.now, id, effect)?;
+                self.client_outcome(id, my_version, effect)?;
+            }
+            let sn = self.nodes.get_mut(&id).expect("node exists");
+            if let Err(e) = sn.store.write(&ready.batch, false) {
+                return Err(self.violation("storage writes are well-formed", format!("node {id}: {e}")));
+            }
+            let incarnation = sn.incarnation;
+            for m in ready.messages {
+                self.send(m);
+            }
+            if !ready.after_persist.is_empty() || !ready.batch.is_empty() {
+                let delay = self.rng.gen_range(self.plan.fsync_ms.0..=self.plan.fsync_ms.1);
+                self.schedule(delay, Event::SyncDone { node: id, incarnation, messages: ready.after_persist });
+            }
+            match ready.rebuild_required {
+                Some(first_held) => {
+                    if !self.rebuild(id, first_held) {
+                        return Ok(());
+                    }
+                }
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// A member that fell behind a compaction is rebuilt from the most advanced live member's snapshot, as the
+    /// daemon rebuilds from a healthy member.
+    fn rebuild(&mut self, id: NodeId, first_held: u64) -> bool {
+        let donor = self
+            .nodes
+            .iter()
+            .filter(|(d, _)| **d != id)
+            .filter_map(|(d, n)| n.node.as_ref().map(|node| (node.state().applied, *d)))
+            .max();
+        let Some((applied, donor)) = donor else { return false };
+        if applied + 1 < first_held {
+            return false;
+        }
+        let snapshot = self.nodes[&donor].node.as_ref().map(|n| n.snapshot());
+        let Some(snapshot) = snapshot else { return false };
+        let node = self.nodes.get_mut(&id).and_then(|n| n.node.as_mut());
+        let Some(node) = node else { return false };
+        if !node.install_snapshot(snapshot) {
+            return false;
+        }
+        let (applied, last_gtid) = (node.state().applied, node.state().last_gtid);
+        self.checker.node_reset(id, applied, last_gtid);
+        self.stats.rebuilds += 1;
+        self.log(|| format!("node {id} rebuilt from node {donor} at {applied}"));
+        true
+    }
+
+    fn send(&mut self, msg: PeerMessage) {
+        let (from, to) = (msg.from(), msg.to());
+        if from == to {
+            self.schedule(0, Event::Deliver(msg));
+            return;
+        }
+        if self.blocked.contains(&(from, to)) || self.rng.gen_bool(self.loss) {
+            return;
+        }
+        let (lo, hi) = self.plan.delay_ms;
+        if self.rng.gen_bool(self.plan.duplicate) {
+            let d = self.rng.gen_range(lo..=hi);
+            self.schedule(d, Event::Deliver(msg.clone()));
+        }
+        let d = self.rng.gen_range(lo..=hi);
+        self.schedule(d, Event::Deliver(msg));
+    }
+
+    /// Every lease holder's client proposes one transaction per client tick.
+    fn client_writes(&mut self) -> Result<(), Violation> {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let now = self.local_time(id);
+            let sn = self.nodes.get_mut(&id).expect("node exists");
+            let Some(node) = sn.node.as_mut() else { continue };
+            let Some(term) = node.master_term(now) else { continue };
+            if node.paxos().pending().1 >= 4 {
+                continue;
+            }
+            if sn.term_of_next_seq != term {
+                sn.next_seq = 0;
+                sn.term_of_next_seq = term;
+            }
+            let from_log = node.state().last_gtid.map_or(1, |g| g.seq_no + 1);
+            let seq = sn.next_seq.max(from_log);
+            let payload = format!("n{id}:v{term}:s{seq}").into_bytes();
+            let server_id = (term * 100 + id) as u32;
+            if node.propose_binlog(0, server_id, seq, seq, payload).is_ok() {
+                sn.next_seq = seq + 1;
+            }
+            self.process_ready(id)?;
+        }
+        Ok(())
+    }
+
+    /// The master acknowledges a transaction once it is applied for its own term; a rejection of its own
+    /// proposal resets its GTID counter to the log.
+    fn client_outcome(&mut self, id: NodeId, my_version: Option<u64>, effect: &Applied) -> Result<(), Violation> {
+        match effect {
+            Applied::BinlogAppended { gtid_first, events, .. } if events.starts_with(format!("n{id}:").as_bytes()) => {
+                self.checker.ack(self.now, gtid_first.seq_no, events)?;
+                if self.healed_at.is_some() {
+                    self.acked_after_heal = true;
+                }
+                Ok(())
+            }
+            Applied::Rejected { kind: "append_binlog", master_version, .. } if Some(*master_version) == my_version => {
+                if let Some(sn) = self.nodes.get_mut(&id) {
+                    sn.next_seq = 0;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_leases(&self) -> Result<(), Violation> {
+        let holders: Vec<(NodeId, u64)> = self
+            .nodes
+            .iter()
+            .filter_map(|(id, n)| {
+                n.node.as_ref().and_then(|node| node.master_term(self.local_time(*id))).map(|t| (*id, t))
+            })
+            .collect();
+        self.checker.lease(self.now, &holders)
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        // The membership of the most advanced node is the cluster's.
+        self.nodes
+            .values()
+            .filter_map(|n| n.node.as_ref())
+            .max_by_key(|n| n.state().applied)
+            .map(|n| n.state().membership.members.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Liveness: a master holds its lease, committed something after healing, and every member has applied the
+    /// whole log.
+    fn converged(&self) -> bool {
+        if !self.acked_after_heal {
+            return false;
+        }
+        let members = self.members();
+        let applied: BTreeSet<u64> = members
+            .iter()
+            .filter_map(|id| self.nodes.get(id).and_then(|n| n.node.as_ref()).map(|n| n.state().applied))
+            .collect();
+        let up = members.iter().all(|id| self.nodes.get(id).is_some_and(|n| n.node.is_some()));
+        up && applied.len() == 1
+    }
+
+    fn liveness_report(&self) -> String {
+        let mut s = format!("acked_after_heal={} members={:?};", self.acked_after_heal, self.members());
+        for (id, n) in &self.nodes {
+            if let Some(node) = n.node.as_ref() {
+                let st = node.state();
+                s += &format!(
+                    " node {id}: applied={} master={} v={} lease={} role={:?} promised={} first_held={};",
+                    st.applied,
+                    st.master_id,
+                    st.master_version,
+                    node.holds_lease(self.local_time(*id)),
+                    node.paxos().role(),
+                    node.paxos().promised(),
+                    node.paxos().first_held(),
+                );
+            }
+        }
+        s
+    }
+
+    fn final_checks(&self) -> Result<(), Violation> {
+        for id in self.members() {
+            if let Some(node) = self.nodes.get(&id).and_then(|n| n.node.as_ref()) {
+                let last = node.state().last_gtid.map_or(0, |g| g.seq_no);
+                self.checker.all_acked_present(self.now, id, last)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One fault action, chosen by the RNG among those the plan allows.
+    fn chaos(&mut self) {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let action = self.rng.gen_range(0..6);
+        match action {
+            0 | 1 if self.plan.crashes => {
+                let id = ids[self.rng.gen_range(0..ids.len())];
+                let sn = self.nodes.get_mut(&id).expect("node exists");
+                if sn.node.is_some() {
+                    let keep = self.rng.gen_range(0..=sn.store.pending_batches());
+                    sn.store.crash(keep);
+                    sn.node = None;
+                    sn.incarnation += 1;
+                    self.stats.crashes += 1;
+                    let down_for = self.rng.gen_range(50..3_000);
+                    self.schedule(down_for, Event::Restart(id));
+                    self.log(|| format!("chaos: crash node {id} (kept {keep} un-synced batches), down {down_for} ms"));
+                }
+            }
+            2 | 3 if self.plan.partitions => {
+                self.blocked.clear();
+                let mut side: Vec<NodeId> = ids.clone();
+                // Isolate a random group (one node, or a minority or majority).
+                let cut = self.rng.gen_range(1..ids.len());
+                for i in (1..side.len()).rev() {
+                    let j = self.rng.gen_range(0..=i);
+                    side.swap(i, j);
+                }
+                let (a, b) = side.split_at(cut);
+                let one_way = self.plan.asymmetric && self.rng.gen_bool(0.5);
+                for &x in a {
+                    for &y in b {
+                        self.blocked.insert((x, y));
+                        if !one_way {
+                            self.blocked.insert((y, x));
+                        }
+                    }
+                }
+                self.stats.partitions += 1;
+                let (a, b) = (a.to_vec(), b.to_vec());
+                self.log(|| format!("chaos: partition {a:?} | {b:?} one_way={one_way}"));
+            }
+            4 => {
+                self.blocked.clear();
+                self.log(|| "chaos: partitions healed".into());
+            }
+            5 if self.plan.membership_changes => self.reconfigure(&ids),
+            _ => {}
+        }
+    }
+
+    fn reconfigure(&mut self, ids: &[NodeId]) {
+        let master = ids.iter().copied().find(|id| {
+            let now = self.local_time(*id);
+            self.nodes[id].node.as_ref().is_some_and(|n| n.holds_lease(now))
+        });
+        let Some(master) = master else { return };
+        let current = self.nodes[&master].node.as_ref().map(|n| n.state().membership.clone()).unwrap_or_default();
+        let outside: Vec<NodeId> = ids.iter().copied().filter(|id| !current.contains(*id)).collect();
+        let mut next = current.clone();
+        if !outside.is_empty() && (current.members.len() <= 3 || self.rng.gen_bool(0.5)) {
+            next.members.insert(outside[self.rng.gen_range(0..outside.len())]);
+        } else if current.members.len() > 3 {
+            let inside: Vec<NodeId> = current.members.iter().copied().collect();
+            next.members.remove(&inside[self.rng.gen_range(0..inside.len())]);
+        } else {
+            return;
+        }
+        if let Some(node) = self.nodes.get_mut(&master).and_then(|n| n.node.as_mut()) {
+            if node.change_membership(next.clone()).is_ok() {
+                self.stats.reconfigurations += 1;
+                self.log(|| format!("chaos: node {master} proposes membership {:?}", next.members));
+            }
+        }
+    }
+}
