@@ -375,7 +375,8 @@ impl GlobalLogNode {
         self.change_master_pending = None;
         self.standing_since = None;
         self.paxos.step_down();
-        let jitter = self.next_random() % (self.cfg.lease_ms / 2 + 1);
+        // Spread the next attempts over a whole campaign's length so that rivals stop colliding.
+        let jitter = self.next_random() % (self.cfg.campaign_timeout_ms + 1);
         self.backoff_until = self.now + jitter;
     }
 
@@ -469,7 +470,8 @@ impl GlobalLogNode {
     }
 
     fn may_stand(&self, now: u64) -> bool {
-        if !self.state.membership.contains(self.id()) || now < self.backoff_until {
+        if !self.state.membership.contains(self.id()) || now < self.backoff_until || self.paxos.other_proposer_active()
+        {
             return false;
         }
         let rank = self.rank();

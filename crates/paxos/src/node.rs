@@ -172,6 +172,7 @@ pub struct PaxosNode {
     queue: VecDeque<Vec<u8>>,
     queued_reconfig: Option<Membership>,
     ready: Ready,
+    last_step_down: &'static str,
 }
 
 impl PaxosNode {
@@ -213,6 +214,7 @@ impl PaxosNode {
             queue: VecDeque::new(),
             queued_reconfig: None,
             ready: Ready::default(),
+            last_step_down: "",
         }
     }
 
@@ -357,6 +359,26 @@ impl PaxosNode {
 
     /// Gives up leadership (queued commands are dropped; values in flight may still be chosen).
     pub fn step_down(&mut self) {
+        self.step_down_because("asked to");
+    }
+
+    /// Whether another proposer reached this acceptor within the stickiness window: a node should not start a
+    /// campaign of its own while someone else's is under way or someone leads.
+    pub fn other_proposer_active(&self) -> bool {
+        self.last_contact.is_some_and(|(node, at)| {
+            node != self.cfg.id && self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms
+        })
+    }
+
+    /// Why this node last stopped leading or campaigning (for logs and traces).
+    pub fn last_step_down_reason(&self) -> &'static str {
+        self.last_step_down
+    }
+
+    fn step_down_because(&mut self, reason: &'static str) {
+        if self.leader.is_some() {
+            self.last_step_down = reason;
+        }
         self.leader = None;
         self.queue.clear();
         self.queued_reconfig = None;
@@ -403,7 +425,7 @@ impl PaxosNode {
         if snapshot.last_included <= self.last_chosen {
             return;
         }
-        self.step_down();
+        self.step_down_because("rebuilt from a snapshot");
         self.last_chosen = snapshot.last_included;
         self.first_held = snapshot.last_included + 1;
         self.chosen_log.clear();
@@ -450,7 +472,13 @@ impl PaxosNode {
             }
         }
         if let Some((leader, at)) = self.last_contact {
-            let fresh = self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms;
+            // Sticking to ourselves lasts only while we campaign or lead: a failed candidate must at once be
+            // willing to help the next one, or simultaneous candidates lock each other out for good.
+            let fresh = if leader == self.cfg.id {
+                self.leader.is_some()
+            } else {
+                self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms
+            };
             if fresh && leader != from && from != self.cfg.id && ballot > self.promised {
                 return;
             }
@@ -492,7 +520,7 @@ impl PaxosNode {
             self.promised = ballot;
             self.ready.batch.promised = Some(ballot);
             if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {
-                self.step_down();
+                self.step_down_because("promised a higher ballot");
             }
         }
     }
@@ -715,7 +743,7 @@ impl PaxosNode {
             doomed |= hopeless(&f.membership);
         }
         if doomed {
-            self.step_down();
+            self.step_down_because("no majority left (nacks)");
         }
     }
 
@@ -729,7 +757,7 @@ impl PaxosNode {
             }
         }
         if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {
-            self.step_down();
+            self.step_down_because("commit from a higher ballot");
         }
         let mut i = self.last_chosen + 1;
         while i <= chosen_up_to {
@@ -800,7 +828,7 @@ impl PaxosNode {
         // are no longer the leader, and must not tell anyone that our proposal there was chosen.
         if let Some(l) = self.leader.as_ref() {
             if l.in_flight.get(&instance).is_some_and(|f| f.value != value) {
-                self.step_down();
+                self.step_down_because("a different value was chosen");
             }
         }
         self.chosen_ahead.insert(instance, value);
@@ -834,7 +862,7 @@ impl PaxosNode {
             && !self.membership.contains(self.cfg.id)
             && self.leader.as_ref().is_some_and(|l| l.pending_reconfig.is_none())
         {
-            self.step_down();
+            self.step_down_because("removed from the membership");
         }
     }
 

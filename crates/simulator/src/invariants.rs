@@ -43,6 +43,10 @@ impl Checker {
     pub fn chosen_count(&self) -> usize {
         self.chosen.len()
     }
+    /// The highest instance anyone has learned as chosen.
+    pub fn max_chosen(&self) -> Instance {
+        self.chosen.last_key_value().map_or(0, |(i, _)| *i)
+    }
     pub fn masters(&self) -> usize {
         self.master_by_version.len()
     }

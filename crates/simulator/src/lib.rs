@@ -24,15 +24,23 @@ pub fn run_seed(seed: u64, bug: Option<Bug>, trace: bool) -> Outcome {
     Simulation::new(plan, trace).run()
 }
 
-/// Runs `count` seeds from `start` on `threads` threads; returns the failing outcomes (seed order) and how many
-/// seeds ran.
-pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_first: bool) -> (Vec<Outcome>, u64) {
+/// What a sweep found.
+#[derive(Default)]
+pub struct SweepReport {
+    /// Failing outcomes, in seed order.
+    pub failures: Vec<Outcome>,
+    pub ran: u64,
+    /// Stats summed over every seed that ran (proof that the faults really happened).
+    pub totals: Stats,
+}
+
+/// Runs `count` seeds from `start` on `threads` threads.
+pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_first: bool) -> SweepReport {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Mutex;
     let next = AtomicU64::new(start);
-    let ran = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let failures = Mutex::new(Vec::new());
+    let report = Mutex::new(SweepReport::default());
     std::thread::scope(|s| {
         for _ in 0..threads.max(1) {
             s.spawn(|| loop {
@@ -44,19 +52,21 @@ pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_f
                     return;
                 }
                 let outcome = run_seed(seed, bug, false);
-                ran.fetch_add(1, Ordering::Relaxed);
-                if outcome.violation.is_some() {
-                    if stop_at_first {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    if let Ok(mut f) = failures.lock() {
-                        f.push(outcome);
+                let failed = outcome.violation.is_some();
+                if failed && stop_at_first {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                if let Ok(mut r) = report.lock() {
+                    r.ran += 1;
+                    r.totals.add(&outcome.stats);
+                    if failed {
+                        r.failures.push(outcome);
                     }
                 }
             });
         }
     });
-    let mut failures = failures.into_inner().unwrap_or_default();
-    failures.sort_by_key(|o| o.plan.seed);
-    (failures, ran.load(Ordering::Relaxed))
+    let mut report = report.into_inner().unwrap_or_default();
+    report.failures.sort_by_key(|o| o.plan.seed);
+    report
 }

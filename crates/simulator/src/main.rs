@@ -59,9 +59,9 @@ fn main() -> ExitCode {
     }
     let count = args.seeds.unwrap_or(1000);
     let started = Instant::now();
-    let (failures, ran) = sweep(args.start, count, args.threads, bug, false);
+    let report = sweep(args.start, count, args.threads, bug, false);
     let secs = started.elapsed().as_secs_f64();
-    for f in &failures {
+    for f in &report.failures {
         if let Some(v) = &f.violation {
             println!("seed {}: VIOLATION {v}", f.plan.seed);
             println!("  plan: {}", f.plan.describe());
@@ -71,8 +71,21 @@ fn main() -> ExitCode {
             );
         }
     }
-    println!("{ran} seeds from {} in {secs:.1} s: {} violations", args.start, failures.len());
-    if failures.is_empty() {
+    let t = &report.totals;
+    println!(
+        "faults injected: {} crashes, {} partitions, {} membership changes, {} rebuilds; {} masters elected, {} \
+         instances chosen, {} writes acknowledged; slowest recovery after healing {} ms",
+        t.crashes,
+        t.partitions,
+        t.reconfigurations,
+        t.rebuilds,
+        t.masters,
+        t.chosen,
+        t.acked,
+        t.liveness_ms.unwrap_or(0)
+    );
+    println!("{} seeds from {} in {secs:.1} s: {} violations", report.ran, args.start, report.failures.len());
+    if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

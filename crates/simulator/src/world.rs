@@ -55,6 +55,24 @@ pub struct Stats {
     pub liveness_ms: Option<u64>,
 }
 
+impl Stats {
+    pub fn add(&mut self, o: &Stats) {
+        self.events += o.events;
+        self.chosen += o.chosen;
+        self.acked += o.acked;
+        self.masters += o.masters;
+        self.crashes += o.crashes;
+        self.partitions += o.partitions;
+        self.reconfigurations += o.reconfigurations;
+        self.rebuilds += o.rebuilds;
+        self.sim_ms += o.sim_ms;
+        self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 pub struct Outcome {
     pub plan: FaultPlan,
     pub stats: Stats,
@@ -380,8 +398,12 @@ impl Simulation {
         self.schedule(d, Event::Deliver(msg));
     }
 
-    /// Every lease holder's client proposes one transaction per client tick.
+    /// Every lease holder's client proposes one transaction per client tick. Once a write has been acknowledged
+    /// after healing, clients fall quiet so that the members can be seen to converge.
     fn client_writes(&mut self) -> Result<(), Violation> {
+        if self.acked_after_heal {
+            return Ok(());
+        }
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             let now = self.local_time(id);
@@ -397,7 +419,9 @@ impl Simulation {
             }
             let from_log = node.state().last_gtid.map_or(1, |g| g.seq_no + 1);
             let seq = sn.next_seq.max(from_log);
-            let payload = format!("n{id}:v{term}:s{seq}").into_bytes();
+            // The incarnation in the payload lets only the process that proposed it acknowledge it: a restarted
+            // master's clients are gone, as MariaDB's waiting sessions are after a crash.
+            let payload = format!("n{id}:i{}:v{term}:s{seq}", sn.incarnation).into_bytes();
             let server_id = (term * 100 + id) as u32;
             if node.propose_binlog(0, server_id, seq, seq, payload).is_ok() {
                 sn.next_seq = seq + 1;
@@ -411,7 +435,9 @@ impl Simulation {
     /// proposal resets its GTID counter to the log.
     fn client_outcome(&mut self, id: NodeId, my_version: Option<u64>, effect: &Applied) -> Result<(), Violation> {
         match effect {
-            Applied::BinlogAppended { gtid_first, events, .. } if events.starts_with(format!("n{id}:").as_bytes()) => {
+            Applied::BinlogAppended { gtid_first, events, .. }
+                if events.starts_with(self.client_prefix(id).as_bytes()) =>
+            {
                 self.checker.ack(self.now, gtid_first.seq_no, events)?;
                 if self.healed_at.is_some() {
                     self.acked_after_heal = true;
@@ -426,6 +452,10 @@ impl Simulation {
             }
             _ => Ok(()),
         }
+    }
+
+    fn client_prefix(&self, id: NodeId) -> String {
+        format!("n{id}:i{}:", self.nodes.get(&id).map_or(0, |n| n.incarnation))
     }
 
     fn check_leases(&self) -> Result<(), Violation> {
@@ -461,7 +491,7 @@ impl Simulation {
             .filter_map(|id| self.nodes.get(id).and_then(|n| n.node.as_ref()).map(|n| n.state().applied))
             .collect();
         let up = members.iter().all(|id| self.nodes.get(id).is_some_and(|n| n.node.is_some()));
-        up && applied.len() == 1
+        up && applied.len() == 1 && applied.first() == Some(&self.checker.max_chosen())
     }
 
     fn liveness_report(&self) -> String {
