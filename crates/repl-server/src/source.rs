@@ -1,0 +1,241 @@
+//! Where the served events come from: the [`EventSource`] trait (the paxsql node implements it over the global
+//! log) and [`MemoryEventSource`] for tests and benchmarks.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use paxsql_binlog::{event_type, BinlogEvent, Checksum, EventHeader, Gtid, GtidSet};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+
+/// One whole transaction (event group) of the log, as a real master wrote it to its binlog: a GTID event first,
+/// then QUERY / ANNOTATE_ROWS / TABLE_MAP / *_ROWS / XID events. Each event is complete, with its CRC32 footer.
+/// The server re-serves the bytes unchanged except `log_pos` (and so the CRC): flags2 and commit_id of the GTID
+/// event reach the replica intact, which MariaDB's parallel applier needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transaction {
+    /// The GTID of its GTID event (domain, server_id from the event header, seq_no).
+    pub gtid: Gtid,
+    /// Raw events, CRC32 checksummed (`binlog_checksum=CRC32`, MariaDB's default).
+    pub events: Vec<Vec<u8>>,
+}
+
+impl Transaction {
+    /// Builds a transaction from raw events; the first must be a GTID event, every event must pass its checksum.
+    pub fn from_events(events: Vec<Vec<u8>>) -> Result<Transaction> {
+        let corrupt = |index, source| Error::CorruptEvent { gtid: None, index, source };
+        let first = events.first().ok_or(Error::CorruptEvent {
+            gtid: None,
+            index: 0,
+            source: paxsql_binlog::Error::Truncated { what: "transaction without events", offset: 0 },
+        })?;
+        let decoded = BinlogEvent::decode(first, Checksum::Crc32).map_err(|e| corrupt(0, e))?;
+        let gtid = decoded.gtid().ok_or_else(|| {
+            corrupt(0, paxsql_binlog::Error::Malformed { what: "first event of a transaction is not a GTID", offset: 4 })
+        })?;
+        for (index, event) in events.iter().enumerate().skip(1) {
+            paxsql_binlog::verify_checksum(event).map_err(|e| corrupt(index, e))?;
+        }
+        Ok(Transaction { gtid, events })
+    }
+
+    /// Total size of its events in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.events.iter().map(Vec::len).sum()
+    }
+}
+
+/// A place in the log, produced by [`EventSource::locate`] and by each [`EventSource::read`]. The server treats
+/// it as opaque and only hands it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// Index (in the source's own numbering, e.g. transaction number in the global log) of the next transaction
+    /// to look at.
+    pub index: u64,
+    /// The replica's position at connect time: transactions it already has (per domain, by seq_no) are skipped
+    /// even when they come after `index` (a replica can be at different points in different domains).
+    pub skip: GtidSet,
+}
+
+/// Transactions returned by one [`EventSource::read`] and the cursor after them.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub transactions: Vec<Arc<Transaction>>,
+    pub next: Cursor,
+}
+
+/// The log the server streams from.
+///
+/// # Correctness
+/// - `locate(state)` must find the exact GTID of every domain in `state` (domain, server_id and seq_no); if a
+///   domain's GTID is missing it must fail: [`Error::ReplicaDiverged`] when the log holds a higher seq_no in that
+///   domain, [`Error::GtidNotInLog`] when it does not (the replica is ahead, or the domain is unknown),
+///   [`Error::GtidPurged`] when the log was compacted past it. Skipping silently would lose or duplicate
+///   transactions on the replica.
+/// - `read` returns whole transactions in log order, none already in `after.skip`, never waits, and returns at
+///   least one transaction if any is available (even if it alone exceeds `max_bytes`). An empty batch means
+///   "nothing yet".
+/// - `wait` resolves once `read(after)` may return something new (spurious wake-ups are allowed). It must be
+///   cancel-safe: the server drops it when a heartbeat, a KILL or shutdown comes first.
+/// - Transactions are immutable once readable: a reconnecting replica must see the same bytes again.
+pub trait EventSource: Send + Sync + 'static {
+    /// Where a replica whose `@slave_connect_state` is `state` resumes.
+    fn locate(&self, state: &GtidSet) -> Result<Cursor>;
+
+    /// Up to about `max_bytes` of transactions after `after`, without waiting.
+    fn read(&self, after: &Cursor, max_bytes: usize) -> Result<Batch>;
+
+    /// Waits until something after `after` may be readable.
+    fn wait(&self, after: &Cursor) -> impl Future<Output = ()> + Send;
+}
+
+/// An in-memory log of whole transactions; appends wake waiting dumps. For tests and benchmarks: feed it events
+/// captured from a real master.
+#[derive(Debug)]
+pub struct MemoryEventSource {
+    log: Mutex<Vec<Arc<Transaction>>>,
+    /// Number of transactions in `log`; dumps waiting for more subscribe to it.
+    len_tx: watch::Sender<u64>,
+}
+
+impl Default for MemoryEventSource {
+    fn default() -> Self {
+        MemoryEventSource::new()
+    }
+}
+
+impl MemoryEventSource {
+    pub fn new() -> MemoryEventSource {
+        MemoryEventSource { log: Mutex::new(Vec::new()), len_tx: watch::channel(0).0 }
+    }
+
+    /// Appends one transaction. Its seq_no must be higher than the last one of its domain (gtid_strict_mode).
+    pub fn append(&self, trx: Transaction) -> Result<()> {
+        let len = {
+            let mut log = self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(last) = log.iter().rev().find(|t| t.gtid.domain_id == trx.gtid.domain_id) {
+                if last.gtid.seq_no >= trx.gtid.seq_no {
+                    return Err(Error::GtidOutOfOrder { have: last.gtid, got: trx.gtid });
+                }
+            }
+            log.push(Arc::new(trx));
+            log.len() as u64
+        };
+        self.len_tx.send_replace(len);
+        Ok(())
+    }
+
+    /// Appends a transaction given as raw events (see [`Transaction::from_events`]).
+    pub fn append_events(&self, events: Vec<Vec<u8>>) -> Result<Gtid> {
+        let trx = Transaction::from_events(events)?;
+        let gtid = trx.gtid;
+        self.append(trx)?;
+        Ok(gtid)
+    }
+
+    /// Number of transactions.
+    pub fn len(&self) -> usize {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position after the whole log (last GTID per domain), like `@@gtid_binlog_pos`.
+    pub fn gtid_pos(&self) -> GtidSet {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        GtidSet::from_state(log.iter().map(|t| t.gtid))
+    }
+}
+
+impl EventSource for MemoryEventSource {
+    fn locate(&self, state: &GtidSet) -> Result<Cursor> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        for want in state {
+            if log.iter().any(|t| t.gtid == *want) {
+                continue;
+            }
+            let higher = log.iter().any(|t| t.gtid.domain_id == want.domain_id && t.gtid.seq_no > want.seq_no);
+            return Err(if higher {
+                Error::ReplicaDiverged { gtid: *want }
+            } else {
+                Error::GtidNotInLog { gtid: *want }
+            });
+        }
+        let index = log.iter().position(|t| !state.contains(&t.gtid)).unwrap_or(log.len());
+        Ok(Cursor { index: index as u64, skip: state.clone() })
+    }
+
+    fn read(&self, after: &Cursor, max_bytes: usize) -> Result<Batch> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut transactions = Vec::new();
+        let mut bytes = 0usize;
+        let mut index = after.index;
+        while let Some(trx) = usize::try_from(index).ok().and_then(|i| log.get(i)) {
+            if !transactions.is_empty() && bytes + trx.byte_len() > max_bytes {
+                break;
+            }
+            index += 1;
+            if after.skip.contains(&trx.gtid) {
+                continue;
+            }
+            bytes += trx.byte_len();
+            transactions.push(Arc::clone(trx));
+        }
+        Ok(Batch { transactions, next: Cursor { index, skip: after.skip.clone() } })
+    }
+
+    fn wait(&self, after: &Cursor) -> impl Future<Output = ()> + Send {
+        let mut rx = self.len_tx.subscribe();
+        let index = after.index;
+        async move {
+            // `wait_for` checks the current value first, so an append between read() and here is not missed.
+            let _ = rx.wait_for(|&len| len > index).await;
+        }
+    }
+}
+
+/// Splits raw binlog bytes (a binlog file after its 4-byte magic, or back-to-back events) into transactions:
+/// each GTID event starts one, which runs until the next GTID event or a non-transaction event (FORMAT_DESCRIPTION,
+/// ROTATE, STOP, GTID_LIST, BINLOG_CHECKPOINT). Those file-level events are dropped: the server makes its own.
+/// For tests and benchmarks that read a real master's binlog files.
+pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
+    let mut out = Vec::new();
+    let mut current: Vec<Vec<u8>> = Vec::new();
+    let mut index = 0usize;
+    let flush = |current: &mut Vec<Vec<u8>>, out: &mut Vec<Transaction>| -> Result<()> {
+        if !current.is_empty() {
+            out.push(Transaction::from_events(std::mem::take(current))?);
+        }
+        Ok(())
+    };
+    while !bytes.is_empty() {
+        let (event, rest) = paxsql_binlog::split_event(bytes).map_err(|e| Error::CorruptEvent {
+            gtid: None,
+            index,
+            source: e,
+        })?;
+        let header = EventHeader::decode(event).map_err(|e| Error::CorruptEvent { gtid: None, index, source: e })?;
+        match header.type_code {
+            event_type::GTID => {
+                flush(&mut current, &mut out)?;
+                current.push(event.to_vec());
+            }
+            event_type::FORMAT_DESCRIPTION
+            | event_type::ROTATE
+            | event_type::STOP
+            | event_type::GTID_LIST
+            | event_type::BINLOG_CHECKPOINT
+            | event_type::HEARTBEAT => flush(&mut current, &mut out)?,
+            _ if !current.is_empty() => current.push(event.to_vec()),
+            // Anything else outside a GTID group (START_ENCRYPTION, ...) is not served.
+            _ => {}
+        }
+        bytes = rest;
+        index += 1;
+    }
+    flush(&mut current, &mut out)?;
+    Ok(out)
+}
