@@ -8,30 +8,7 @@ use std::time::Duration;
 use common::*;
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable;
 use paxsql_mariadb_testkit::mysql_async::Conn;
-use paxsql_mariadb_testkit::MariaDb;
-use paxsql_repl_client::{AckHandle, ReplicationClient, Transaction};
-use tokio::sync::mpsc;
-
-/// Runs `sql` on a fresh session; checks it is still blocked once its transaction reached us, ACKs, and checks
-/// that it then returns.
-async fn commit_with_ack(
-    master: &MariaDb,
-    rx: &mut mpsc::UnboundedReceiver<Item>,
-    ack: &AckHandle,
-    sql: &'static str,
-) -> anyhow::Result<Transaction> {
-    let mut conn = master.conn().await?;
-    let mut session = tokio::spawn(async move { conn.query_drop(sql).await.map(|_| conn) });
-    let trx = next_trx(rx).await?;
-    assert!(trx.ack_requested, "{sql}: the master must ask for an ACK: {trx:?}");
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut session).await.is_err(),
-        "{sql}: returned before our ACK"
-    );
-    ack.ack(&trx.end_file, trx.end_pos)?;
-    tokio::time::timeout(PROMPT, session).await??.map_err(|e| anyhow::anyhow!("{sql}: {e}"))?;
-    Ok(trx)
-}
+use paxsql_repl_client::ReplicationClient;
 
 async fn count(conn: &mut Conn, isolation: &str) -> anyhow::Result<i64> {
     conn.query_drop(format!("SET SESSION TRANSACTION ISOLATION LEVEL {isolation}")).await?;

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use paxsql_mariadb_testkit::mysql_async::prelude::Queryable;
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions};
 use paxsql_repl_client::{
     AckHandle, ConnectOptions, Error, ReplicationClient, ReplicationEvent, Transaction, TransactionAssembler,
@@ -86,4 +87,26 @@ pub async fn next_trx(rx: &mut mpsc::UnboundedReceiver<Item>) -> anyhow::Result<
             Ok(Some(Item::Event(_))) => {}
         }
     }
+}
+
+/// Runs `sql` on a fresh session; checks it is still blocked once its transaction reached us, ACKs, and checks
+/// that it then returns.
+pub async fn commit_with_ack(
+    master: &MariaDb,
+    rx: &mut mpsc::UnboundedReceiver<Item>,
+    ack: &AckHandle,
+    sql: &str,
+) -> anyhow::Result<Transaction> {
+    let mut conn = master.conn().await?;
+    let owned = sql.to_string();
+    let mut session = tokio::spawn(async move { conn.query_drop(owned).await.map(|_| conn) });
+    let trx = next_trx(rx).await?;
+    assert!(trx.ack_requested, "{sql}: the master must ask for an ACK: {trx:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut session).await.is_err(),
+        "{sql}: returned before our ACK"
+    );
+    ack.ack(&trx.end_file, trx.end_pos)?;
+    tokio::time::timeout(PROMPT, session).await??.map_err(|e| anyhow::anyhow!("{sql}: {e}"))?;
+    Ok(trx)
 }
