@@ -190,7 +190,8 @@ impl DumpStream {
 
     /// Appends a HEARTBEAT (timestamp 0, log_pos = current end, body = file name) for an idle replica.
     pub fn heartbeat(&mut self, out: &mut Vec<u8>) {
-        let event = synth::heartbeat(self.config.server_id, self.pos as u32, self.file_name().as_bytes(), Checksum::Crc32);
+        let event =
+            synth::heartbeat(self.config.server_id, self.pos as u32, self.file_name().as_bytes(), Checksum::Crc32);
         debug_assert_eq!(event.header.flags & event_flags::ARTIFICIAL, 0);
         self.send_event_bytes(&event.encode(Checksum::Crc32), out);
     }

@@ -182,8 +182,12 @@ impl<S: EventSource> ReplicationServer<S> {
         config.validate()?;
         let listener = TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })?;
         let local_addr = listener.local_addr()?;
-        let mut session_config =
-            SessionConfig::new(&config.replica_user, &config.replica_password, config.server_id, &config.server_version);
+        let mut session_config = SessionConfig::new(
+            &config.replica_user,
+            &config.replica_password,
+            config.server_id,
+            &config.server_version,
+        );
         session_config.gtid_domain_id = config.gtid_domain_id;
         let dump_config = DumpConfig {
             server_id: config.server_id,

@@ -365,8 +365,11 @@ impl Session {
         let file_name = String::from_utf8_lossy(r.rest()).into_owned();
         let capability = self.var("mariadb_slave_capability").and_then(|v| v.trim().parse::<u64>().ok());
         if capability.unwrap_or(0) < SLAVE_CAPABILITY_GTID {
-            return Ok(self.refuse_dump(out, "the paxsql binlog server needs a replica that understands GTID events \
-                                               (@mariadb_slave_capability >= 4, MariaDB 10.0 or later)"));
+            return Ok(self.refuse_dump(
+                out,
+                "the paxsql binlog server needs a replica that understands GTID events \
+                                               (@mariadb_slave_capability >= 4, MariaDB 10.0 or later)",
+            ));
         }
         if !self.var("master_binlog_checksum").is_some_and(|v| v.eq_ignore_ascii_case("CRC32")) {
             // MariaDB's message for a replica that cannot take checksummed events.

@@ -32,7 +32,10 @@ impl Transaction {
         })?;
         let decoded = BinlogEvent::decode(first, Checksum::Crc32).map_err(|e| corrupt(0, e))?;
         let gtid = decoded.gtid().ok_or_else(|| {
-            corrupt(0, paxsql_binlog::Error::Malformed { what: "first event of a transaction is not a GTID", offset: 4 })
+            corrupt(
+                0,
+                paxsql_binlog::Error::Malformed { what: "first event of a transaction is not a GTID", offset: 4 },
+            )
         })?;
         for (index, event) in events.iter().enumerate().skip(1) {
             paxsql_binlog::verify_checksum(event).map_err(|e| corrupt(index, e))?;
@@ -212,11 +215,8 @@ pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
         Ok(())
     };
     while !bytes.is_empty() {
-        let (event, rest) = paxsql_binlog::split_event(bytes).map_err(|e| Error::CorruptEvent {
-            gtid: None,
-            index,
-            source: e,
-        })?;
+        let (event, rest) =
+            paxsql_binlog::split_event(bytes).map_err(|e| Error::CorruptEvent { gtid: None, index, source: e })?;
         let header = EventHeader::decode(event).map_err(|e| Error::CorruptEvent { gtid: None, index, source: e })?;
         match header.type_code {
             event_type::GTID => {

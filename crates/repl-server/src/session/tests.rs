@@ -82,10 +82,7 @@ fn replica_setup_sequence_from_the_capture() {
     let (_, p) = query(&mut s, "SHOW VARIABLES LIKE 'SERVER_ID'");
     assert_eq!(p.len(), 6);
     assert_eq!(p[4].1, b"\x09server_id\x03100");
-    for set in [
-        "SET @master_heartbeat_period= 30000001024",
-        "SET @master_binlog_checksum= @@global.binlog_checksum",
-    ] {
+    for set in ["SET @master_heartbeat_period= 30000001024", "SET @master_binlog_checksum= @@global.binlog_checksum"] {
         let (step, p) = query(&mut s, set);
         assert_eq!(step, Step::Continue);
         assert_eq!(p, vec![(1, vec![0, 0, 0, 2, 0, 0, 0])]);
@@ -109,7 +106,10 @@ fn replica_setup_sequence_from_the_capture() {
     match s.on_packet(0, &dump, 0, &mut out) {
         Step::Dump(r) => {
             assert_eq!(r.state.to_string(), "0-1-6");
-            assert_eq!((r.replica_server_id, r.flags, r.heartbeat_period_ns, r.semi_sync), (2, 2, Some(30000001024), false));
+            assert_eq!(
+                (r.replica_server_id, r.flags, r.heartbeat_period_ns, r.semi_sync),
+                (2, 2, Some(30000001024), false)
+            );
         }
         other => panic!("{other:?}"),
     }
