@@ -1,0 +1,371 @@
+//! Node configuration: TOML, every key documented with its default, unknown keys rejected, and a `validate`
+//! that checks what serde cannot (DESIGN §5 timing rules, addresses, membership).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// Timing presets (DESIGN §5): a LAN lease of about 1.5 s, a WAN one several round trips long.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    #[default]
+    Lan,
+    Wan,
+}
+
+/// Lease and Paxos timing. Each field left out takes the profile's value.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    /// How long a master holds its lease after proposing a renewal. LAN 1500, WAN 6000.
+    pub lease_ms: Option<u64>,
+    /// Clock drift allowance added to a candidate's wait. LAN 300, WAN 1000.
+    pub max_clock_drift_ms: Option<u64>,
+    /// How often the master renews. Default: a third of the lease.
+    pub renew_interval_ms: Option<u64>,
+    /// Extra wait per member that has applied more than this one. LAN 200, WAN 800.
+    pub stand_stagger_ms: Option<u64>,
+    /// Leader heartbeat. LAN 100, WAN 300.
+    pub heartbeat_ms: Option<u64>,
+    /// Retransmission of unanswered Paxos messages. LAN 200, WAN 1000.
+    pub retransmit_ms: Option<u64>,
+    /// Instances in flight (pipeline depth). Default 64.
+    pub max_in_flight: Option<usize>,
+    /// Largest Paxos value in bytes (a batch of binlog transactions). Default 4 MiB.
+    pub max_batch_bytes: Option<usize>,
+    /// Instances between snapshots of the state machine; the log keeps this many behind the newest snapshot for
+    /// lagging members. Default 100000.
+    pub snapshot_every: Option<u64>,
+}
+
+/// Resolved timing, after applying the profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedTiming {
+    pub lease_ms: u64,
+    pub max_clock_drift_ms: u64,
+    pub renew_interval_ms: u64,
+    pub stand_stagger_ms: u64,
+    pub heartbeat_ms: u64,
+    pub retransmit_ms: u64,
+    pub max_in_flight: usize,
+    pub max_batch_bytes: usize,
+    pub snapshot_every: u64,
+}
+
+/// One member of the initial membership.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    /// Node id, unique in the cluster, not 0.
+    pub id: u64,
+    /// Address the member's peer (Paxos) endpoint listens on.
+    pub peer: SocketAddr,
+    /// Address of its admin endpoint (status), if any.
+    pub admin: Option<SocketAddr>,
+}
+
+/// Addresses this node listens on. Nothing else is opened.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    /// Paxos messages from the other members (gRPC). Required.
+    pub peer: SocketAddr,
+    /// Admin and status endpoint. Optional.
+    pub admin: Option<SocketAddr>,
+    /// The MariaDB replication endpoint the local mariadbd replicates from. Keep it on loopback. Optional until the
+    /// node serves replicas.
+    pub replication: Option<SocketAddr>,
+    /// Prometheus metrics over HTTP. Optional.
+    pub metrics: Option<SocketAddr>,
+}
+
+/// The local mariadbd this node supervises.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MariaDbConfig {
+    /// TCP port of the local mariadbd (loopback).
+    pub port: u16,
+    /// Its unix socket; the node's own admin account logs in through it only.
+    pub socket: PathBuf,
+    /// Its data directory.
+    pub datadir: PathBuf,
+    /// Option file the node starts mariadbd with. Default: `<data_dir>/my.cnf`, written by `paxsql cluster up`.
+    pub defaults_file: Option<PathBuf>,
+    /// The mariadbd binary. Default `/usr/sbin/mariadbd`.
+    #[serde(default = "default_mariadbd")]
+    pub mariadbd: PathBuf,
+    /// Account the capture client and the local replica use. Default `paxsql_repl`.
+    #[serde(default = "default_repl_user")]
+    pub replication_user: String,
+    /// File holding that account's password (one line).
+    pub replication_password_file: PathBuf,
+}
+
+fn default_mariadbd() -> PathBuf {
+    PathBuf::from("/usr/sbin/mariadbd")
+}
+
+fn default_repl_user() -> String {
+    "paxsql_repl".to_string()
+}
+
+/// TLS for the peer and admin endpoints.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CA that signs every member's certificate.
+    pub ca: PathBuf,
+}
+
+/// `node.toml`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id: one of `members`, or a node about to be added.
+    pub node_id: u64,
+    /// Name of the cluster; peers from another cluster are refused.
+    pub cluster_id: String,
+    /// File holding the cluster secret every peer and admin call must present (one line, at least 16 bytes).
+    pub cluster_secret_file: PathBuf,
+    /// Where the node keeps its global log and state.
+    pub data_dir: PathBuf,
+    /// `lan` (default) or `wan`.
+    #[serde(default)]
+    pub profile: Profile,
+    /// Overrides of the profile's timing.
+    #[serde(default)]
+    pub timing: Timing,
+    pub listen: ListenConfig,
+    /// The initial membership (the same list on every node).
+    pub members: Vec<MemberConfig>,
+    pub mariadb: MariaDbConfig,
+    pub tls: Option<TlsConfig>,
+}
+
+impl NodeConfig {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let cfg = Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse { path: path.into(), message },
+            other => other,
+        })?;
+        Ok(cfg)
+    }
+
+    pub fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+        let cfg: NodeConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: PathBuf::new(), message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.node_id == 0 {
+            return bad("node_id must not be 0".into());
+        }
+        if self.cluster_id.trim().is_empty() {
+            return bad("cluster_id must not be empty".into());
+        }
+        if self.members.is_empty() {
+            return bad("members must list the initial membership".into());
+        }
+        let mut ids = BTreeSet::new();
+        let mut peers = BTreeSet::new();
+        for m in &self.members {
+            if m.id == 0 {
+                return bad("member id 0 is reserved".into());
+            }
+            if !ids.insert(m.id) {
+                return bad(format!("member id {} listed twice", m.id));
+            }
+            if !peers.insert(m.peer) {
+                return bad(format!("peer address {} listed twice", m.peer));
+            }
+        }
+        if let Some(me) = self.members.iter().find(|m| m.id == self.node_id) {
+            if me.peer != self.listen.peer {
+                return bad(format!(
+                    "listen.peer {} differs from this node's member entry {}",
+                    self.listen.peer, me.peer
+                ));
+            }
+        }
+        let t = self.timing();
+        if t.renew_interval_ms * 2 > t.lease_ms {
+            return bad(format!(
+                "renew_interval_ms {} must be at most half of lease_ms {} so one lost renewal does not drop the lease",
+                t.renew_interval_ms, t.lease_ms
+            ));
+        }
+        if t.heartbeat_ms == 0 || t.retransmit_ms == 0 || t.max_in_flight == 0 {
+            return bad("heartbeat_ms, retransmit_ms and max_in_flight must be positive".into());
+        }
+        if t.max_clock_drift_ms * 20 < t.lease_ms {
+            return bad(format!(
+                "max_clock_drift_ms {} is below 5% of lease_ms {}: clocks drifting more than that would break the lease",
+                t.max_clock_drift_ms, t.lease_ms
+            ));
+        }
+        Ok(())
+    }
+
+    /// The profile's timing with this config's overrides.
+    pub fn timing(&self) -> ResolvedTiming {
+        let o = &self.timing;
+        let (lease, drift, stagger, heartbeat, retransmit) = match self.profile {
+            Profile::Lan => (1500, 300, 200, 100, 200),
+            Profile::Wan => (6000, 1000, 800, 300, 1000),
+        };
+        let lease_ms = o.lease_ms.unwrap_or(lease);
+        ResolvedTiming {
+            lease_ms,
+            max_clock_drift_ms: o.max_clock_drift_ms.unwrap_or(drift),
+            renew_interval_ms: o.renew_interval_ms.unwrap_or(lease_ms / 3),
+            stand_stagger_ms: o.stand_stagger_ms.unwrap_or(stagger),
+            heartbeat_ms: o.heartbeat_ms.unwrap_or(heartbeat),
+            retransmit_ms: o.retransmit_ms.unwrap_or(retransmit),
+            max_in_flight: o.max_in_flight.unwrap_or(64),
+            max_batch_bytes: o.max_batch_bytes.unwrap_or(4 << 20),
+            snapshot_every: o.snapshot_every.unwrap_or(100_000),
+        }
+    }
+
+    /// The global-log configuration this node runs with.
+    pub fn global_log_config(&self) -> paxsql_global_log::GlobalLogConfig {
+        let t = self.timing();
+        let members = paxsql_paxos::Membership::new(self.members.iter().map(|m| m.id));
+        let mut cfg = paxsql_global_log::GlobalLogConfig::lan(self.node_id, members);
+        cfg.lease_ms = t.lease_ms;
+        cfg.max_clock_drift_ms = t.max_clock_drift_ms;
+        cfg.renew_interval_ms = t.renew_interval_ms;
+        cfg.stand_stagger_ms = t.stand_stagger_ms;
+        cfg.campaign_timeout_ms = t.lease_ms;
+        cfg.snapshot_every = t.snapshot_every;
+        cfg.paxos.heartbeat_ms = t.heartbeat_ms;
+        cfg.paxos.retransmit_ms = t.retransmit_ms;
+        cfg.paxos.max_in_flight = t.max_in_flight;
+        cfg.paxos.max_batch_bytes = t.max_batch_bytes;
+        cfg.paxos.leader_stickiness_ms = t.lease_ms * 2 / 3;
+        cfg
+    }
+
+    /// Reads the cluster secret. It is never logged or printed.
+    pub fn read_cluster_secret(&self) -> Result<ClusterSecret, ConfigError> {
+        let raw = std::fs::read_to_string(&self.cluster_secret_file)
+            .map_err(|source| ConfigError::Read { path: self.cluster_secret_file.clone(), source })?;
+        let secret = raw.trim_end_matches(['\n', '\r']).to_string();
+        if secret.len() < 16 {
+            return Err(ConfigError::Invalid(format!(
+                "cluster secret in {} is shorter than 16 bytes",
+                self.cluster_secret_file.display()
+            )));
+        }
+        Ok(ClusterSecret(secret))
+    }
+}
+
+/// The shared secret of a cluster. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterSecret(String);
+
+impl ClusterSecret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSecret(***)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node_id = 1
+cluster_id = "test"
+cluster_secret_file = "/tmp/secret"
+data_dir = "/tmp/n1"
+
+[listen]
+peer = "127.0.0.1:7001"
+
+[[members]]
+id = 1
+peer = "127.0.0.1:7001"
+[[members]]
+id = 2
+peer = "127.0.0.1:7011"
+[[members]]
+id = 3
+peer = "127.0.0.1:7021"
+
+[mariadb]
+port = 33061
+socket = "/tmp/n1/mysqld.sock"
+datadir = "/tmp/n1/data"
+replication_password_file = "/tmp/n1/repl.pw"
+"#;
+
+    #[test]
+    fn good_config_parses_with_lan_defaults() {
+        let cfg = NodeConfig::parse(GOOD).unwrap();
+        let t = cfg.timing();
+        assert_eq!((t.lease_ms, t.renew_interval_ms, t.max_clock_drift_ms), (1500, 500, 300));
+        assert_eq!(cfg.mariadb.mariadbd, PathBuf::from("/usr/sbin/mariadbd"));
+        let g = cfg.global_log_config();
+        assert_eq!(g.initial_membership.members.len(), 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let text = GOOD.replace("[listen]", "lease = 5\n[listen]");
+        match NodeConfig::parse(&text) {
+            Err(ConfigError::Parse { message, .. }) => assert!(message.contains("lease"), "{message}"),
+            other => panic!("unknown key accepted: {other:?}"),
+        }
+        let text = GOOD.replace("port = 33061", "port = 33061\nprot = 1");
+        assert!(matches!(NodeConfig::parse(&text), Err(ConfigError::Parse { .. })));
+    }
+
+    #[test]
+    fn validation_catches_what_serde_cannot() {
+        let dup = GOOD.replace("id = 2", "id = 1");
+        assert!(matches!(NodeConfig::parse(&dup), Err(ConfigError::Invalid(m)) if m.contains("twice")));
+        let renew = GOOD.replace("[listen]", "[timing]\nrenew_interval_ms = 1000\n[listen]");
+        assert!(matches!(NodeConfig::parse(&renew), Err(ConfigError::Invalid(m)) if m.contains("renew_interval_ms")));
+        let zero = GOOD.replace("node_id = 1", "node_id = 0");
+        assert!(NodeConfig::parse(&zero).is_err());
+        let wrong_peer =
+            GOOD.replace("peer = \"127.0.0.1:7001\"\n\n[[members]]", "peer = \"127.0.0.1:7999\"\n\n[[members]]");
+        assert!(NodeConfig::parse(&wrong_peer).is_err());
+        let wan = GOOD.replace("data_dir", "profile = \"wan\"\ndata_dir");
+        assert_eq!(NodeConfig::parse(&wan).unwrap().timing().lease_ms, 6000);
+    }
+
+    #[test]
+    fn secret_never_shows_in_debug() {
+        let s = ClusterSecret("super-secret-value-123".into());
+        assert!(!format!("{s:?}").contains("super"));
+    }
+}

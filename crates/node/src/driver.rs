@@ -1,0 +1,276 @@
+//! The global-log driver: one thread that owns the [`GlobalLogNode`] and its raft-engine store, feeds it peer
+//! messages, commands and ticks, and carries out its outputs in the order the core requires — immediate messages
+//! first, then the batch written and synced, then the messages that depended on it.
+//!
+//! A thread rather than a tokio task: raft-engine writes block, and the group commit they provide (several inputs
+//! drained before one sync) needs exactly one writer.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, PeerMessage};
+use paxsql_paxos::{Membership, NodeId, Role, Storage, StorageError};
+use paxsql_paxos_store::RaftEngineStorage;
+use tokio::sync::{broadcast, watch};
+
+/// How the driver reaches other members. Must never block: drop instead (Paxos retransmits).
+pub trait Outbox: Send {
+    fn send(&mut self, msg: PeerMessage);
+}
+
+/// What can be asked of the driver.
+pub enum Input {
+    Peer(PeerMessage),
+    ProposeBinlog {
+        domain_id: u32,
+        server_id: u32,
+        first_seq: u64,
+        last_seq: u64,
+        events: Vec<u8>,
+        reply: Sender<Result<(), GlobalLogError>>,
+    },
+    ChangeMembership {
+        next: Membership,
+        reply: Sender<Result<(), GlobalLogError>>,
+    },
+    /// Progress of the local database (candidate preference).
+    SetProgress(u64),
+    Resign,
+    Shutdown,
+}
+
+/// A glance at the node, republished after every step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStatus {
+    pub node_id: NodeId,
+    pub role: String,
+    pub master_id: NodeId,
+    pub master_version: u64,
+    pub holds_lease: bool,
+    /// Local monotonic ms until which the lease is held (valid while `holds_lease`).
+    pub lease_until_ms: u64,
+    pub applied: u64,
+    pub last_seq: Option<u64>,
+    pub members: Vec<NodeId>,
+    pub promised: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("global log storage: {0} (the node stops: its in-memory state may be ahead of its disk)")]
+    Storage(#[from] StorageError),
+}
+
+/// Handles to a running driver.
+pub struct DriverHandle {
+    pub inbox: SyncSender<Input>,
+    pub status: watch::Receiver<NodeStatus>,
+    pub applied: broadcast::Sender<Applied>,
+    pub thread: std::thread::JoinHandle<Result<(), DriverError>>,
+}
+
+/// Milliseconds on a monotonic clock that starts at 1 when the process does.
+pub struct MonotonicClock(Instant);
+
+impl MonotonicClock {
+    pub fn new() -> Self {
+        MonotonicClock(Instant::now())
+    }
+    pub fn now_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64 + 1
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+const TICK: Duration = Duration::from_millis(10);
+/// Inputs taken before one sync: the group commit.
+const MAX_INPUTS_PER_SYNC: usize = 256;
+
+/// Recovers the node from its store and starts the driver thread.
+pub fn start(
+    cfg: GlobalLogConfig,
+    mut store: RaftEngineStorage,
+    outbox: Box<dyn Outbox>,
+) -> Result<DriverHandle, DriverError> {
+    let clock = MonotonicClock::new();
+    let recovered = store.recover()?;
+    let chosen = store.chosen(recovered.first_chosen, usize::MAX, usize::MAX)?;
+    let node = GlobalLogNode::restore(cfg, recovered, chosen, clock.now_ms());
+    let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
+    let (status_tx, status) = watch::channel(NodeStatus::default());
+    let (applied, _) = broadcast::channel(65_536);
+    let mut d =
+        Driver { node, store, outbox, clock, status: status_tx, applied: applied.clone(), loopback: Vec::new() };
+    let thread = std::thread::Builder::new()
+        .name("paxsql-global-log".into())
+        .spawn(move || d.run(rx))
+        .map_err(|e| DriverError::Storage(StorageError::Io(format!("cannot start driver thread: {e}"))))?;
+    Ok(DriverHandle { inbox, status, applied, thread })
+}
+
+/// Sends an input to the driver without blocking; a full inbox drops it (peer traffic is retransmitted).
+pub fn offer(inbox: &SyncSender<Input>, input: Input) -> bool {
+    match inbox.try_send(input) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+    }
+}
+
+struct Driver {
+    node: GlobalLogNode,
+    store: RaftEngineStorage,
+    outbox: Box<dyn Outbox>,
+    clock: MonotonicClock,
+    status: watch::Sender<NodeStatus>,
+    applied: broadcast::Sender<Applied>,
+    /// Messages addressed to this node itself, delivered without the network.
+    loopback: Vec<PeerMessage>,
+}
+
+impl Driver {
+    fn run(&mut self, rx: Receiver<Input>) -> Result<(), DriverError> {
+        let span = tracing::info_span!("global_log", node = self.node.id());
+        let _enter = span.enter();
+        let mut next_tick = Instant::now();
+        loop {
+            let timeout = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(timeout) {
+                Ok(input) => {
+                    if !self.handle(input) {
+                        return Ok(());
+                    }
+                    for _ in 0..MAX_INPUTS_PER_SYNC {
+                        match rx.try_recv() {
+                            Ok(input) => {
+                                if !self.handle(input) {
+                                    return Ok(());
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            if Instant::now() >= next_tick {
+                self.node.tick(self.clock.now_ms());
+                next_tick = Instant::now() + TICK;
+            }
+            self.process_ready()?;
+        }
+    }
+
+    /// Returns false on shutdown.
+    fn handle(&mut self, input: Input) -> bool {
+        let now = self.clock.now_ms();
+        match input {
+            Input::Peer(m) => self.node.step(m, now),
+            Input::ProposeBinlog { domain_id, server_id, first_seq, last_seq, events, reply } => {
+                self.node.tick(now);
+                let _ = reply.send(self.node.propose_binlog(domain_id, server_id, first_seq, last_seq, events));
+            }
+            Input::ChangeMembership { next, reply } => {
+                self.node.tick(now);
+                let _ = reply.send(self.node.change_membership(next));
+            }
+            Input::SetProgress(p) => self.node.set_progress(p),
+            Input::Resign => self.node.resign(),
+            Input::Shutdown => return false,
+        }
+        true
+    }
+
+    fn process_ready(&mut self) -> Result<(), DriverError> {
+        // Self-addressed messages can produce more output; a few rounds settle them.
+        for _ in 0..8 {
+            let r = self.node.take_ready();
+            let me = self.node.id();
+            for m in r.messages {
+                self.route(me, m);
+            }
+            if !r.batch.is_empty() {
+                self.store.write(&r.batch, true)?;
+            }
+            for m in r.after_persist {
+                self.route(me, m);
+            }
+            for effect in r.applied {
+                log_effect(&effect);
+                let _ = self.applied.send(effect);
+            }
+            if let Some(first) = r.rebuild_required {
+                tracing::error!(
+                    first_held = first,
+                    "this member is behind the cluster's compacted log and must be rebuilt"
+                );
+            }
+            if self.loopback.is_empty() {
+                break;
+            }
+            let now = self.clock.now_ms();
+            for m in std::mem::take(&mut self.loopback) {
+                self.node.step(m, now);
+            }
+        }
+        self.publish_status();
+        Ok(())
+    }
+
+    fn route(&mut self, me: NodeId, m: PeerMessage) {
+        if m.to() == me {
+            self.loopback.push(m);
+        } else {
+            self.outbox.send(m);
+        }
+    }
+
+    fn publish_status(&self) {
+        let now = self.clock.now_ms();
+        let st = self.node.state();
+        let status = NodeStatus {
+            node_id: self.node.id(),
+            role: match (self.node.holds_lease(now), self.node.paxos().role()) {
+                (true, _) => "master".into(),
+                (false, Role::Candidate) => "candidate".into(),
+                (false, _) => "replica".into(),
+            },
+            master_id: st.master_id,
+            master_version: st.master_version,
+            holds_lease: self.node.holds_lease(now),
+            lease_until_ms: self.node.lease_until(),
+            applied: st.applied,
+            last_seq: st.last_gtid.map(|g| g.seq_no),
+            members: st.membership.members.iter().copied().collect(),
+            promised: self.node.paxos().promised().to_string(),
+        };
+        self.status.send_if_modified(|s| {
+            if *s == status {
+                false
+            } else {
+                *s = status;
+                true
+            }
+        });
+    }
+}
+
+fn log_effect(effect: &Applied) {
+    match effect {
+        Applied::MasterChanged { master, master_version, instance, .. } => {
+            tracing::info!(master, master_version, instance, "master changed");
+        }
+        Applied::MembershipChanged { membership, instance } => {
+            tracing::info!(members = ?membership.members, instance, "membership changed");
+        }
+        Applied::Rejected { kind, reason, instance, .. } if *kind != "renew_lease" => {
+            tracing::debug!(kind, ?reason, instance, "command rejected");
+        }
+        _ => {}
+    }
+}
