@@ -140,6 +140,7 @@ pub struct GlobalLogNode {
     /// A copy of the state taken at a snapshot point, used to compact once the log has moved on.
     pending_snapshot: Option<ReplicatedState>,
     rng: u64,
+    replayed: Vec<Applied>,
 }
 
 impl GlobalLogNode {
@@ -155,11 +156,10 @@ impl GlobalLogNode {
             .as_ref()
             .and_then(|s| ReplicatedState::decode_snapshot(&s.data, s.membership.clone()))
             .unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
-        let mut sink = Vec::new();
+        let mut replayed = Vec::new();
         for (i, v) in &chosen {
             if *i == state.applied + 1 {
-                state.apply(*i, v, &mut sink);
-                sink.clear();
+                state.apply(*i, v, &mut replayed);
             }
         }
         let paxos = PaxosNode::restore(cfg.paxos.clone(), cfg.initial_membership.clone(), recovered, chosen);
@@ -182,7 +182,13 @@ impl GlobalLogNode {
             last_status_sent: None,
             pending_snapshot: None,
             rng: rng | 1,
+            replayed,
         }
+    }
+
+    /// The effects of replaying the log at restart (binlog transactions to serve again, the master, ...), once.
+    pub fn take_replayed(&mut self) -> Vec<Applied> {
+        std::mem::take(&mut self.replayed)
     }
 
     // ----- introspection -----

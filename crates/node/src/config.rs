@@ -112,6 +112,15 @@ pub struct MariaDbConfig {
     pub replication_user: String,
     /// File holding that account's password (one line).
     pub replication_password_file: PathBuf,
+    /// Account the node administers mariadbd with (over the unix socket). Default `root`.
+    #[serde(default = "default_admin_user")]
+    pub admin_user: String,
+    /// File holding that account's password (one line).
+    pub admin_password_file: PathBuf,
+}
+
+fn default_admin_user() -> String {
+    "root".to_string()
 }
 
 fn default_mariadbd() -> PathBuf {
@@ -266,6 +275,12 @@ impl NodeConfig {
         cfg
     }
 
+    /// Reads a one-line secret file (a password), without its line ending.
+    pub fn read_password(path: &Path) -> Result<String, ConfigError> {
+        let raw = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Ok(raw.trim_end_matches(['\n', '\r']).to_string())
+    }
+
     /// Reads the cluster secret. It is never logged or printed.
     pub fn read_cluster_secret(&self) -> Result<ClusterSecret, ConfigError> {
         let raw = std::fs::read_to_string(&self.cluster_secret_file)
@@ -325,6 +340,7 @@ port = 33061
 socket = "/tmp/n1/mysqld.sock"
 datadir = "/tmp/n1/data"
 replication_password_file = "/tmp/n1/repl.pw"
+admin_password_file = "/tmp/n1/admin.pw"
 "#;
 
     #[test]

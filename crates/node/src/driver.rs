@@ -5,13 +5,17 @@
 //! A thread rather than a tokio task: raft-engine writes block, and the group commit they provide (several inputs
 //! drained before one sync) needs exactly one writer.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, PeerMessage};
 use paxsql_paxos::{Membership, NodeId, Role, Storage, StorageError};
 use paxsql_paxos_store::RaftEngineStorage;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
+
+/// Receives every applied effect synchronously, in log order, before anything else learns of it (the global
+/// binlog that replicas are served from is fed this way, so it can never miss a transaction).
+pub type AppliedSink = Box<dyn FnMut(&Applied) + Send>;
 
 /// How the driver reaches other members. Must never block: drop instead (Paxos retransmits).
 pub trait Outbox: Send {
@@ -27,11 +31,11 @@ pub enum Input {
         first_seq: u64,
         last_seq: u64,
         events: Vec<u8>,
-        reply: Sender<Result<(), GlobalLogError>>,
+        reply: oneshot::Sender<Result<(), GlobalLogError>>,
     },
     ChangeMembership {
         next: Membership,
-        reply: Sender<Result<(), GlobalLogError>>,
+        reply: oneshot::Sender<Result<(), GlobalLogError>>,
     },
     /// Progress of the local database (candidate preference).
     SetProgress(u64),
@@ -51,6 +55,8 @@ pub struct NodeStatus {
     pub lease_until_ms: u64,
     pub applied: u64,
     pub last_seq: Option<u64>,
+    /// The global log's last GTID, `domain-server-seq` (empty before the first transaction).
+    pub last_gtid: String,
     pub members: Vec<NodeId>,
     pub promised: String,
 }
@@ -96,16 +102,20 @@ pub fn start(
     cfg: GlobalLogConfig,
     mut store: RaftEngineStorage,
     outbox: Box<dyn Outbox>,
+    mut sink: AppliedSink,
 ) -> Result<DriverHandle, DriverError> {
     let clock = MonotonicClock::new();
     let recovered = store.recover()?;
     let chosen = store.chosen(recovered.first_chosen, usize::MAX, usize::MAX)?;
-    let node = GlobalLogNode::restore(cfg, recovered, chosen, clock.now_ms());
+    let mut node = GlobalLogNode::restore(cfg, recovered, chosen, clock.now_ms());
+    for effect in node.take_replayed() {
+        sink(&effect);
+    }
     let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
     let (status_tx, status) = watch::channel(NodeStatus::default());
     let (applied, _) = broadcast::channel(65_536);
     let mut d =
-        Driver { node, store, outbox, clock, status: status_tx, applied: applied.clone(), loopback: Vec::new() };
+        Driver { node, store, outbox, sink, clock, status: status_tx, applied: applied.clone(), loopback: Vec::new() };
     let thread = std::thread::Builder::new()
         .name("paxsql-global-log".into())
         .spawn(move || d.run(rx))
@@ -125,6 +135,7 @@ struct Driver {
     node: GlobalLogNode,
     store: RaftEngineStorage,
     outbox: Box<dyn Outbox>,
+    sink: AppliedSink,
     clock: MonotonicClock,
     status: watch::Sender<NodeStatus>,
     applied: broadcast::Sender<Applied>,
@@ -202,6 +213,7 @@ impl Driver {
             }
             for effect in r.applied {
                 log_effect(&effect);
+                (self.sink)(&effect);
                 let _ = self.applied.send(effect);
             }
             if let Some(first) = r.rebuild_required {
@@ -246,6 +258,10 @@ impl Driver {
             lease_until_ms: self.node.lease_until(),
             applied: st.applied,
             last_seq: st.last_gtid.map(|g| g.seq_no),
+            last_gtid: st
+                .last_gtid
+                .map(|g| format!("{}-{}-{}", g.domain_id, g.server_id, g.seq_no))
+                .unwrap_or_default(),
             members: st.membership.members.iter().copied().collect(),
             promised: self.node.paxos().promised().to_string(),
         };

@@ -6,3 +6,5 @@
 
 pub mod config;
 pub mod driver;
+pub mod mariadb;
+pub mod roles;

@@ -1,0 +1,160 @@
+//! Supervision of the local mariadbd (DESIGN §5): start it, stop it only with SIGKILL (a clean shutdown or a
+//! KILL commits transactions still waiting for their semi-sync ACK), restart it so that `init-rpl-role=SLAVE`
+//! rolls back and truncates an un-ACKed binlog tail, and the few SQL statements role changes need.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder};
+
+use crate::config::MariaDbConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MariaDbError {
+    #[error("cannot start {binary}: {source} (is MariaDB installed? run deploy/install-deps.sh)")]
+    Spawn { binary: PathBuf, source: std::io::Error },
+    #[error("mariadbd did not accept connections within {secs} s; last error: {last}")]
+    NotReady { secs: u64, last: String },
+    #[error("mariadbd exited during start with {status}; see its error log")]
+    Exited { status: String },
+    #[error("SQL `{sql}` failed: {source}")]
+    Sql { sql: String, source: mysql_async::Error },
+}
+
+/// The local mariadbd and the account the node administers it with.
+pub struct LocalMariaDb {
+    cfg: MariaDbConfig,
+    defaults_file: PathBuf,
+    admin_password: String,
+    child: Option<Child>,
+}
+
+impl LocalMariaDb {
+    pub fn new(cfg: MariaDbConfig, defaults_file: PathBuf, admin_password: String) -> Self {
+        LocalMariaDb { cfg, defaults_file, admin_password, child: None }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.cfg.datadir.join("mariadbd.pid")
+    }
+
+    /// Kills whatever mariadbd still runs on this data directory (a previous node process's), with SIGKILL.
+    pub fn kill_stale(&self) {
+        if let Ok(text) = std::fs::read_to_string(self.pid_file()) {
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                // SAFETY: kill(2) with a pid read from our own pid file; a stale pid of another process is
+                // guarded against by checking its command line first.
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains("mariadbd") {
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                    wait_gone(pid as u32, Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    /// Starts mariadbd and waits until the admin account can log in.
+    pub async fn start(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
+        self.kill_stale();
+        let mut cmd = Command::new(&self.cfg.mariadbd);
+        cmd.arg(format!("--defaults-file={}", self.defaults_file.display()))
+            .arg(format!("--pid-file={}", self.pid_file().display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|source| MariaDbError::Spawn { binary: self.cfg.mariadbd.clone(), source })?;
+        tracing::info!(pid = child.id(), "mariadbd started");
+        self.child = Some(child);
+        let deadline = Instant::now() + timeout;
+        let mut last: String;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(MariaDbError::Exited { status: status.to_string() });
+                }
+            }
+            match self.conn().await {
+                Ok(c) => {
+                    let _ = c.disconnect().await;
+                    return Ok(());
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(MariaDbError::NotReady { secs: timeout.as_secs(), last });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// SIGKILL, and wait until the process is gone. Never a clean shutdown (DESIGN §3 hazards).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            tracing::warn!(pid = child.id(), "mariadbd killed with SIGKILL");
+        } else {
+            self.kill_stale();
+        }
+    }
+
+    fn opts(&self) -> Opts {
+        OptsBuilder::default()
+            .socket(Some(self.cfg.socket.to_string_lossy().into_owned()))
+            .user(Some(self.cfg.admin_user.clone()))
+            .pass(Some(self.admin_password.clone()))
+            .prefer_socket(true)
+            .into()
+    }
+
+    pub async fn conn(&self) -> Result<Conn, mysql_async::Error> {
+        Conn::new(self.opts()).await
+    }
+
+    /// Runs statements on one admin session.
+    pub async fn exec(&self, statements: &[&str]) -> Result<(), MariaDbError> {
+        let mut c = self.conn().await.map_err(|source| MariaDbError::Sql { sql: "connect".into(), source })?;
+        for sql in statements {
+            c.query_drop(*sql).await.map_err(|source| MariaDbError::Sql { sql: sql.to_string(), source })?;
+        }
+        let _ = c.disconnect().await;
+        Ok(())
+    }
+
+    pub async fn query_string(&self, sql: &str) -> Result<String, MariaDbError> {
+        let mut c = self.conn().await.map_err(|source| MariaDbError::Sql { sql: "connect".into(), source })?;
+        let v: Option<Option<String>> =
+            c.query_first(sql).await.map_err(|source| MariaDbError::Sql { sql: sql.to_string(), source })?;
+        let _ = c.disconnect().await;
+        Ok(v.flatten().unwrap_or_default())
+    }
+
+    /// `MASTER_GTID_WAIT`: true once the local server has applied `gtid`, false on timeout.
+    pub async fn wait_applied(&self, gtid: &str, timeout: Duration) -> Result<bool, MariaDbError> {
+        let sql = format!("SELECT CAST(MASTER_GTID_WAIT('{}', {}) AS CHAR)", gtid, timeout.as_secs_f64());
+        Ok(self.query_string(&sql).await? == "0")
+    }
+}
+
+impl Drop for LocalMariaDb {
+    fn drop(&mut self) {
+        // A node that goes away takes its mariadbd with it the only safe way.
+        self.kill9();
+    }
+}
+
+fn wait_gone(pid: u32, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

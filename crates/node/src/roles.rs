@@ -1,0 +1,299 @@
+//! Master and replica roles of the local mariadbd (DESIGN §3–§5), reconciled with what the global log says:
+//! promote when this node holds the lease, demote (SIGKILL and a recovery restart that drops any un-ACKed tail)
+//! when it no longer does, and keep a replica replicating from this node's own binlog server.
+//!
+//! On the master, [`capture`] reads the local binlog as a semi-sync replica, proposes each transaction to the
+//! global log and ACKs it only once it is applied for this master's term, i.e. chosen on a majority.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paxsql_binlog::{Gtid, GtidSet};
+use paxsql_global_log::Applied;
+use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
+use paxsql_repl_server::MemoryEventSource;
+use tokio::sync::{broadcast, oneshot, watch};
+
+use crate::driver::{offer, Input, NodeStatus};
+use crate::mariadb::{LocalMariaDb, MariaDbError};
+
+/// Feeds the global binlog that replicas are served from; called by the driver for every applied effect.
+pub fn feed_global_binlog(source: Arc<MemoryEventSource>) -> impl FnMut(&Applied) + Send {
+    move |effect| {
+        if let Applied::BinlogAppended { events, gtid_first, .. } = effect {
+            match split_events(events) {
+                Some(events) => {
+                    if let Err(e) = source.append_events(events) {
+                        tracing::error!(seq = gtid_first.seq_no, error = %e, "cannot add a transaction to the served binlog");
+                    }
+                }
+                None => tracing::error!(seq = gtid_first.seq_no, "global log holds a transaction with torn events"),
+            }
+        }
+    }
+}
+
+/// Splits back-to-back binlog events.
+fn split_events(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let (event, rest) = paxsql_binlog::split_event(bytes).ok()?;
+        out.push(event.to_vec());
+        bytes = rest;
+    }
+    Some(out)
+}
+
+/// What the role controller needs to know about its node.
+pub struct RoleContext {
+    pub node_id: u64,
+    pub mariadb: tokio::sync::Mutex<LocalMariaDb>,
+    pub socket: std::path::PathBuf,
+    pub replication_port: u16,
+    pub replication_user: String,
+    pub replication_password: String,
+    pub inbox: SyncSender<Input>,
+    pub applied: broadcast::Sender<Applied>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Current {
+    Unknown,
+    Replica,
+    Master(u64),
+}
+
+/// Published for the proxy and status: which term (if any) the local mariadbd serves as master.
+pub type ServingTerm = watch::Receiver<Option<u64>>;
+
+/// Runs the role controller until `shutdown` flips.
+pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>, serving: watch::Sender<Option<u64>>) {
+    let mut current = Current::Unknown;
+    let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
+    loop {
+        let st = status.borrow_and_update().clone();
+        let capture_failed = capture.as_ref().is_some_and(|(_, failed)| *failed.borrow());
+        let want_master = st.holds_lease && st.master_id == ctx.node_id && !capture_failed;
+        match (current, want_master) {
+            (Current::Master(v), true) if v == st.master_version => {}
+            (_, true) => {
+                if let Current::Master(_) = current {
+                    demote(&ctx, &mut capture, &serving).await;
+                }
+                match promote(&ctx, &st).await {
+                    Ok(handle) => {
+                        capture = Some(handle);
+                        current = Current::Master(st.master_version);
+                        serving.send_replace(Some(st.master_version));
+                        tracing::info!(master_version = st.master_version, "serving as master");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "promotion not possible yet"),
+                }
+            }
+            (Current::Master(_), false) => {
+                if capture_failed {
+                    tracing::error!("capture stopped on the master: resigning the lease");
+                    offer(&ctx.inbox, Input::Resign);
+                }
+                demote(&ctx, &mut capture, &serving).await;
+                current = Current::Unknown;
+            }
+            (Current::Unknown, false) => match become_replica(&ctx).await {
+                Ok(()) => current = Current::Replica,
+                Err(e) => tracing::warn!(error = %e, "cannot configure the local replica yet"),
+            },
+            (Current::Replica, false) => {}
+        }
+        tokio::select! {
+            r = status.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+async fn promote(
+    ctx: &Arc<RoleContext>,
+    st: &NodeStatus,
+) -> Result<(tokio::task::JoinHandle<()>, watch::Receiver<bool>), MariaDbError> {
+    let db = ctx.mariadb.lock().await;
+    // Catch up to the end of the global log before accepting writes (DESIGN §5).
+    if !st.last_gtid.is_empty() && !db.wait_applied(&st.last_gtid, Duration::from_millis(500)).await? {
+        return Err(MariaDbError::NotReady {
+            secs: 0,
+            last: format!("local server has not applied {} yet", st.last_gtid),
+        });
+    }
+    // A fresh server_id per term: MariaDB skips events carrying its own server_id, so reusing one would make this
+    // node silently skip its own earlier transactions when they come back to it.
+    let server_id = term_server_id(ctx.node_id, st.master_version);
+    db.exec(&[
+        "STOP SLAVE",
+        &format!("SET GLOBAL server_id = {server_id}"),
+        "SET GLOBAL rpl_semi_sync_master_enabled = ON",
+    ])
+    .await?;
+    let start: GtidSet = st.last_gtid.parse().unwrap_or_default();
+    let (failed_tx, failed_rx) = watch::channel(false);
+    let handle = tokio::spawn(capture(ctx.clone(), st.master_version, start, failed_tx));
+    db.exec(&["SET GLOBAL read_only = OFF"]).await?;
+    Ok((handle, failed_rx))
+}
+
+/// Server ids of master terms never collide with a node's base id (its config) or another node's terms.
+fn term_server_id(node_id: u64, master_version: u64) -> u32 {
+    (1_000_000 + (node_id % 1000) * 100_000 + master_version % 100_000) as u32
+}
+
+async fn demote(
+    ctx: &Arc<RoleContext>,
+    capture: &mut Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)>,
+    serving: &watch::Sender<Option<u64>>,
+) {
+    // Stop routing first, then the capture, then SIGKILL: a clean shutdown would commit waiting transactions
+    // without their ACK, and so would killing their sessions (DESIGN §3). The restart rolls back and truncates
+    // whatever never reached the global log (init-rpl-role=SLAVE).
+    serving.send_replace(None);
+    if let Some((handle, _)) = capture.take() {
+        handle.abort();
+    }
+    let mut db = ctx.mariadb.lock().await;
+    db.kill9();
+    if let Err(e) = db.start(Duration::from_secs(120)).await {
+        tracing::error!(error = %e, "mariadbd did not come back after demotion");
+    }
+    tracing::warn!("demoted: mariadbd restarted in recovery mode");
+}
+
+async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
+    let db = ctx.mariadb.lock().await;
+    let pw = ctx.replication_password.replace('\'', "''");
+    db.exec(&[
+        "STOP SLAVE",
+        "SET GLOBAL read_only = ON",
+        "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
+        // Continue from what this server holds, whether it was applied as a replica or written as a master.
+        "SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_binlog_pos",
+        &format!(
+            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='{}', MASTER_PASSWORD='{}', \
+             MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+            ctx.replication_port, ctx.replication_user, pw
+        ),
+        "START SLAVE",
+    ])
+    .await?;
+    tracing::info!(port = ctx.replication_port, "local mariadbd replicates from this node's binlog server");
+    Ok(())
+}
+
+/// Hands an input to the driver without blocking the runtime; waits while the inbox is full (back-pressure on
+/// the capture, which is what makes MariaDB's committers wait).
+async fn send_input(inbox: &SyncSender<Input>, mut input: Input) -> Result<(), ()> {
+    loop {
+        match inbox.try_send(input) {
+            Ok(()) => return Ok(()),
+            Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                input = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(()),
+        }
+    }
+}
+
+/// The master's write path: local binlog → global log → ACK.
+async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {
+    let span = tracing::info_span!("capture", node = ctx.node_id, master_version = term);
+    let _g = span.enter();
+    let result = capture_inner(&ctx, term, start).await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "capture ended");
+    }
+    failed.send_replace(true);
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CaptureError {
+    #[error(transparent)]
+    Client(#[from] paxsql_repl_client::Error),
+    #[error("the global log refused transaction {0}: this node is no longer master")]
+    Refused(Gtid),
+    #[error("the global-log driver is gone")]
+    DriverGone,
+}
+
+async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Result<(), CaptureError> {
+    let mut opts = ConnectOptions::new(
+        Address::Unix(ctx.socket.clone()),
+        &ctx.replication_user,
+        &ctx.replication_password,
+        2_000_000_000 + ctx.node_id as u32,
+    );
+    opts.start = start;
+    let mut client = ReplicationClient::connect(opts).await?;
+    let acks = client.ack_handle();
+    // Positions to ACK, by GTID seq_no, in commit order.
+    let pending: Arc<Mutex<VecDeque<(u64, Arc<str>, u64)>>> = Arc::default();
+    let mut applied = ctx.applied.subscribe();
+    let ack_pending = pending.clone();
+    let acker = tokio::spawn(async move {
+        loop {
+            match applied.recv().await {
+                Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if master_version == term => {
+                    let mut last = None;
+                    if let Ok(mut p) = ack_pending.lock() {
+                        while p.front().is_some_and(|(seq, _, _)| *seq <= last_seq) {
+                            last = p.pop_front();
+                        }
+                    }
+                    if let Some((_, file, pos)) = last {
+                        if acks.ack(&file, pos).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::error!(missed = n, "capture fell behind the applied log; ACKs stop until it reconnects");
+                    return;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    let mut assembler = TransactionAssembler::new();
+    let result = loop {
+        let event = match client.next_event().await {
+            Ok(e) => e,
+            Err(e) => break Err(CaptureError::Client(e)),
+        };
+        let trx = match assembler.push(&event) {
+            Ok(Some(t)) => t,
+            Ok(None) => continue,
+            Err(e) => break Err(CaptureError::Client(e)),
+        };
+        if let Ok(mut p) = pending.lock() {
+            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos));
+        }
+        let (reply, answer) = oneshot::channel();
+        let input = Input::ProposeBinlog {
+            domain_id: trx.gtid.domain_id,
+            server_id: trx.gtid.server_id,
+            first_seq: trx.gtid.seq_no,
+            last_seq: trx.gtid.seq_no,
+            events: trx.events,
+            reply,
+        };
+        if send_input(&ctx.inbox, input).await.is_err() {
+            break Err(CaptureError::DriverGone);
+        }
+        match answer.await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break Err(CaptureError::Refused(trx.gtid)),
+            Err(_) => break Err(CaptureError::DriverGone),
+        }
+    };
+    acker.abort();
+    result
+}
