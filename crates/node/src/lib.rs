@@ -8,3 +8,4 @@ pub mod config;
 pub mod driver;
 pub mod mariadb;
 pub mod roles;
+pub mod runtime;

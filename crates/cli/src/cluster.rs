@@ -1,0 +1,433 @@
+//! `paxsql cluster up|down|status`: a complete local cluster in one directory — real mariadbd servers, real nodes —
+//! for trying paxsql out and for the cluster tests.
+//!
+//! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), and per node `nN/` with
+//! `data/` (mariadbd), `node/` (global log, status.json), `run/`, `log/`, `my.cnf`, `node.toml`, `node.pid`.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Subcommand)]
+pub enum ClusterCommand {
+    /// Initialise and start a local cluster, wait for a master, print how to connect.
+    Up {
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node N uses ports base+10*(N-1) .. +5.
+        #[arg(long, default_value_t = 24000)]
+        base_port: u16,
+        /// Seconds to wait for a master.
+        #[arg(long, default_value_t = 90)]
+        timeout: u64,
+    },
+    /// Stop every process of the cluster in `--dir`.
+    Down {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Show the cluster in `--dir`.
+    Status {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
+    match cmd {
+        ClusterCommand::Up { nodes, dir, base_port, timeout } => up(nodes, &dir, base_port, Duration::from_secs(timeout)),
+        ClusterCommand::Down { dir } => down(&dir),
+        ClusterCommand::Status { dir, json } => status(&dir, json),
+    }
+}
+
+/// Ports and paths of one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct NodeLayout {
+    id: u64,
+    mariadb_port: u16,
+    peer_port: u16,
+    replication_port: u16,
+    admin_port: u16,
+    proxy_rw_port: u16,
+    proxy_ro_port: u16,
+    dir: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct ClusterFile {
+    cluster_id: String,
+    app_user: String,
+    app_password: String,
+    app_database: String,
+    nodes: Vec<NodeLayout>,
+}
+
+impl NodeLayout {
+    fn new(dir: &Path, id: u64, base: u16) -> Self {
+        let b = base + 10 * (id as u16 - 1);
+        NodeLayout {
+            id,
+            mariadb_port: b,
+            peer_port: b + 1,
+            replication_port: b + 2,
+            admin_port: b + 3,
+            proxy_rw_port: b + 4,
+            proxy_ro_port: b + 5,
+            dir: dir.join(format!("n{id}")),
+        }
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.join("run/mysqld.sock")
+    }
+    fn datadir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+}
+
+fn random_secret(len: usize) -> String {
+    let mut rng = rand::thread_rng();
+    (0..len).map(|_| char::from(b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"[rng.gen_range(0..57)])).collect()
+}
+
+fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
+    let mut f = fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    writeln!(f, "{value}")?;
+    Ok(())
+}
+
+fn my_cnf(n: &NodeLayout) -> String {
+    let d = n.dir.display();
+    format!(
+        "# Written by `paxsql cluster up`. Recipe: DESIGN.md §3 (shared/evidence/my.cnf.*).\n\
+         [mariadbd]\n\
+         user=root\n\
+         bind-address=127.0.0.1\n\
+         port={port}\n\
+         socket={d}/run/mysqld.sock\n\
+         datadir={d}/data\n\
+         tmpdir={d}/tmp\n\
+         log-error={d}/log/mariadbd.err\n\
+         log-bin=n{id}-bin\n\
+         log-bin-index=n{id}-bin.index\n\
+         relay-log=n{id}-relay-bin\n\
+         relay-log-index=n{id}-relay-bin.index\n\
+         server-id={id}\n\
+         gtid_domain_id=0\n\
+         gtid_strict_mode=ON\n\
+         log_slave_updates=ON\n\
+         binlog_format=ROW\n\
+         sync_binlog=1\n\
+         innodb_flush_log_at_trx_commit=1\n\
+         skip-name-resolve\n\
+         # Every node starts as a read-only replica; the node promotes the master (SET GLOBAL at promotion).\n\
+         read_only=ON\n\
+         skip-slave-start\n\
+         init-rpl-role=SLAVE\n\
+         rpl_semi_sync_master_enabled=OFF\n\
+         rpl_semi_sync_master_wait_point=AFTER_SYNC\n\
+         rpl_semi_sync_master_timeout=18446744073709551615\n\
+         rpl_semi_sync_master_wait_no_slave=ON\n\
+         slave_parallel_threads=4\n\
+         slave_parallel_mode=optimistic\n\
+         max_allowed_packet=64M\n\
+         slave_max_allowed_packet=1G\n\
+         innodb_buffer_pool_size=64M\n\
+         innodb_log_file_size=32M\n\
+         performance_schema=OFF\n",
+        port = n.mariadb_port,
+        id = n.id,
+    )
+}
+
+fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -> String {
+    let d = n.dir.display();
+    let s = dir.join("secrets");
+    let mut out = format!(
+        "# Written by `paxsql cluster up`.\n\
+         node_id = {id}\n\
+         cluster_id = \"{cluster_id}\"\n\
+         cluster_secret_file = \"{s}/cluster.secret\"\n\
+         data_dir = \"{d}/node\"\n\
+         \n[listen]\n\
+         peer = \"127.0.0.1:{peer}\"\n\
+         replication = \"127.0.0.1:{repl}\"\n\
+         \n[mariadb]\n\
+         port = {port}\n\
+         socket = \"{d}/run/mysqld.sock\"\n\
+         datadir = \"{d}/data\"\n\
+         defaults_file = \"{d}/my.cnf\"\n\
+         replication_password_file = \"{s}/replication.password\"\n\
+         admin_password_file = \"{s}/admin.password\"\n",
+        id = n.id,
+        s = s.display(),
+        peer = n.peer_port,
+        repl = n.replication_port,
+        port = n.mariadb_port,
+    );
+    for m in all {
+        out += &format!("\n[[members]]\nid = {}\npeer = \"127.0.0.1:{}\"\n", m.id, m.peer_port);
+    }
+    out
+}
+
+fn mariadb_cli(n: &NodeLayout, password: Option<&str>, sql: &str) -> anyhow::Result<String> {
+    let mut cmd = Command::new("mariadb");
+    cmd.arg(format!("--socket={}", n.socket().display())).arg("-uroot").arg("-N").arg("-B");
+    if let Some(pw) = password {
+        cmd.env("MYSQL_PWD", pw);
+    }
+    let out = cmd.arg("-e").arg(sql).output().context("cannot run the mariadb client (run deploy/install-deps.sh)")?;
+    if !out.status.success() {
+        bail!("mariadb client on node {}: {}", n.id, String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe() {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("timed out after {} s waiting for {what}", timeout.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Initialises one mariadbd data directory and creates the accounts, binlog off, identically on every node.
+fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app_db: &str) -> anyhow::Result<()> {
+    for sub in ["data", "run", "log", "tmp", "node"] {
+        fs::create_dir_all(n.dir.join(sub))?;
+    }
+    fs::write(n.dir.join("my.cnf"), my_cnf(n))?;
+    let out = Command::new("mariadb-install-db")
+        .arg(format!("--defaults-file={}", n.dir.join("my.cnf").display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .output()
+        .context("cannot run mariadb-install-db (run deploy/install-deps.sh)")?;
+    if !out.status.success() {
+        bail!("mariadb-install-db for node {}: {}", n.id, String::from_utf8_lossy(&out.stderr));
+    }
+    let mut child = Command::new("mariadbd")
+        .arg(format!("--defaults-file={}", n.dir.join("my.cnf").display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start mariadbd (run deploy/install-deps.sh)")?;
+    let ready = wait_for(Duration::from_secs(60), "mariadbd to accept connections", || {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Some(false);
+        }
+        mariadb_cli(n, None, "SELECT 1").ok().map(|_| true)
+    })?;
+    if !ready {
+        bail!("mariadbd of node {} exited during initialisation; see {}/log/mariadbd.err", n.id, n.dir.display());
+    }
+    // Accounts are created with the binlog off, before any replica exists, or they would wait for an ACK
+    // forever (DESIGN §3). The application account gets neither ALL ON *.* nor READ ONLY ADMIN, so read_only
+    // holds it (DESIGN §5).
+    let sql = format!(
+        "SET sql_log_bin=0;\
+         ALTER USER 'root'@'localhost' IDENTIFIED BY '{admin_pw}';\
+         CREATE USER 'paxsql_repl'@'localhost' IDENTIFIED BY '{repl_pw}';\
+         CREATE USER 'paxsql_repl'@'127.0.0.1' IDENTIFIED BY '{repl_pw}';\
+         GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR ON *.* TO 'paxsql_repl'@'localhost';\
+         GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR ON *.* TO 'paxsql_repl'@'127.0.0.1';\
+         CREATE DATABASE `{app_db}`;\
+         CREATE USER 'app'@'%' IDENTIFIED BY '{app_pw}';\
+         GRANT ALL PRIVILEGES ON `{app_db}`.* TO 'app'@'%';\
+         SHUTDOWN;"
+    );
+    // SHUTDOWN ends the connection; the statements before it are what matter.
+    let _ = mariadb_cli(n, None, &sql);
+    wait_for(Duration::from_secs(60), "mariadbd to stop after initialisation", || child.try_wait().ok().flatten())?;
+    Ok(())
+}
+
+fn spawn_node(n: &NodeLayout) -> anyhow::Result<u32> {
+    let exe = std::env::current_exe()?;
+    let log = fs::File::create(n.dir.join("log/node.log"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("node").arg("--config").arg(n.dir.join("node.toml"));
+    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: setsid() in the child before exec only detaches it from our session, so the node outlives the
+    // `cluster up` command.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    fs::write(n.dir.join("node.pid"), child.id().to_string())?;
+    Ok(child.id())
+}
+
+fn read_status(n: &NodeLayout) -> Option<serde_json::Value> {
+    let text = fs::read_to_string(n.dir.join("node/status.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn load(dir: &Path) -> anyhow::Result<ClusterFile> {
+    let path = dir.join("cluster.json");
+    let text = fs::read_to_string(&path).with_context(|| format!("no cluster in {} (missing cluster.json)", dir.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()> {
+    if ![3, 5].contains(&count) && count != 1 {
+        bail!("--nodes must be 3 or 5 (or 1 for a single-node trial)");
+    }
+    if dir.join("cluster.json").exists() {
+        bail!("{} already holds a cluster: `paxsql cluster down --dir {}` and remove it first", dir.display(), dir.display());
+    }
+    fs::create_dir_all(dir.join("secrets"))?;
+    let dir = dir.canonicalize()?;
+    let cluster_id = format!("paxsql-local-{base}");
+    let (admin_pw, repl_pw, app_pw) = (random_secret(24), random_secret(24), random_secret(20));
+    write_secret(&dir.join("secrets/cluster.secret"), &random_secret(40))?;
+    write_secret(&dir.join("secrets/admin.password"), &admin_pw)?;
+    write_secret(&dir.join("secrets/replication.password"), &repl_pw)?;
+    let nodes: Vec<NodeLayout> = (1..=count).map(|id| NodeLayout::new(&dir, id, base)).collect();
+    let file = ClusterFile {
+        cluster_id: cluster_id.clone(),
+        app_user: "app".into(),
+        app_password: app_pw.clone(),
+        app_database: "app".into(),
+        nodes: nodes.clone(),
+    };
+    fs::write(dir.join("cluster.json"), serde_json::to_vec_pretty(&file)?)?;
+    fs::set_permissions(dir.join("cluster.json"), fs::Permissions::from_mode(0o600))?;
+    for n in &nodes {
+        eprintln!("initialising node {} (mariadbd on 127.0.0.1:{})", n.id, n.mariadb_port);
+        init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
+        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id))?;
+    }
+    for n in &nodes {
+        let pid = spawn_node(n)?;
+        eprintln!("node {} started (pid {pid}), log {}/log/node.log", n.id, n.dir.display());
+    }
+    let master = wait_for(timeout, "a master to be elected and serving", || {
+        nodes.iter().find(|n| read_status(n).is_some_and(|s| s["serving_as_master"] == true)).cloned()
+    })?;
+    println!("paxsql cluster is up: {} nodes, master is node {}", nodes.len(), master.id);
+    println!();
+    println!("Connect (writes go to the master):");
+    println!("  mariadb -h127.0.0.1 -P{} -u{} -p'{}' {}", master.mariadb_port, file.app_user, file.app_password, file.app_database);
+    println!();
+    println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
+    println!("Stop:    paxsql cluster down --dir {}", dir.display());
+    Ok(())
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn down(dir: &Path) -> anyhow::Result<()> {
+    let file = load(dir)?;
+    for n in &file.nodes {
+        if let Some(pid) = read_pid(&n.dir.join("node.pid")) {
+            if pid_alive(pid) {
+                // SAFETY: a pid this cluster recorded for its own node process.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+                let gone = wait_for(Duration::from_secs(15), "node to stop", || (!pid_alive(pid)).then_some(()));
+                if gone.is_err() {
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (DESIGN §3).
+        if let Some(pid) = read_pid(&n.datadir().join("mariadbd.pid")) {
+            if pid_alive(pid) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        eprintln!("node {} stopped", n.id);
+    }
+    Ok(())
+}
+
+fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
+    let file = load(dir)?;
+    let mut rows = Vec::new();
+    for n in &file.nodes {
+        let st = read_status(n).unwrap_or(serde_json::Value::Null);
+        let node_pid = read_pid(&n.dir.join("node.pid")).filter(|p| pid_alive(*p));
+        let mariadbd_pid = read_pid(&n.datadir().join("mariadbd.pid")).filter(|p| pid_alive(*p));
+        let role = if node_pid.is_none() {
+            "down".to_string()
+        } else if st["serving_as_master"] == true {
+            "master".to_string()
+        } else {
+            st["role"].as_str().unwrap_or("starting").to_string()
+        };
+        rows.push(serde_json::json!({
+            "id": n.id,
+            "role": role,
+            "master_id": st["master_id"],
+            "master_version": st["master_version"],
+            "applied_instance": st["applied_instance"],
+            "global_last_gtid": st["global_last_gtid"],
+            "endpoints": {
+                "mariadb": format!("127.0.0.1:{}", n.mariadb_port),
+                "peer": format!("127.0.0.1:{}", n.peer_port),
+                "replication": format!("127.0.0.1:{}", n.replication_port),
+            },
+            "pids": { "node": node_pid, "mariadbd": mariadbd_pid },
+        }));
+    }
+    let master = rows.iter().find(|r| r["role"] == "master").map(|r| r["id"].clone());
+    if json {
+        let out = serde_json::json!({
+            "cluster_id": file.cluster_id,
+            "master": master,
+            "nodes": rows,
+            "application_account": { "user": file.app_user, "password": file.app_password, "database": file.app_database },
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("cluster {}   master: {}", file.cluster_id, master.map_or("none".to_string(), |m| format!("node {m}")));
+    println!("{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}", "node", "role", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid");
+    for r in &rows {
+        println!(
+            "{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
+            r["id"],
+            r["role"].as_str().unwrap_or("?"),
+            r["master_id"],
+            r["master_version"],
+            r["applied_instance"],
+            r["global_last_gtid"].as_str().unwrap_or("-"),
+            r["endpoints"]["mariadb"].as_str().unwrap_or("-"),
+            r["pids"]["node"],
+            r["pids"]["mariadbd"],
+        );
+    }
+    println!("application account: {} / {} (database {})", file.app_user, file.app_password, file.app_database);
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! `paxsql`: run a node, start and stop a local cluster, show a cluster's status.
+
+mod cluster;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "paxsql", version, about = "A Paxos-backed, strongly consistent MariaDB cluster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one node (binlog server beside its mariadbd).
+    Node {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only read and check the configuration, then exit.
+        #[arg(long)]
+        check_config: bool,
+    },
+    /// Manage a local cluster in one directory.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Node { config, check_config } => run_node(config, check_config),
+        Command::Cluster { command } => cluster::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("paxsql: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_node(config: PathBuf, check_only: bool) -> anyhow::Result<()> {
+    let cfg = paxsql_node::config::NodeConfig::load(&config)?;
+    if check_only {
+        println!("{}: ok (node {}, cluster {}, {} members)", config.display(), cfg.node_id, cfg.cluster_id, cfg.members.len());
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            let _ = stop_tx.send(true);
+        });
+        paxsql_node::runtime::run(cfg, stop_rx).await
+    })?;
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! `paxsql node`: starts every part of a node and keeps them running until asked to stop.
+//!
+//! Order matters: the global log first (so the served binlog is complete before any replica connects), then the
+//! replication endpoint, then mariadbd (killed first if a previous process left one running: only a recovery
+//! restart may bring it back, DESIGN §5), then the role controller.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use paxsql_global_log::PeerMessage;
+use paxsql_paxos_store::RaftEngineStorage;
+use paxsql_peer_transport::{ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
+use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::config::NodeConfig;
+use crate::driver::{self, offer, Input, NodeStatus, Outbox};
+use crate::mariadb::LocalMariaDb;
+use crate::roles::{self, RoleContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("global log store: {0}")]
+    Storage(#[from] paxsql_paxos::StorageError),
+    #[error("peer transport: {0}")]
+    Transport(#[from] paxsql_peer_transport::TransportError),
+    #[error("replication endpoint: {0}")]
+    Replication(#[from] paxsql_repl_server::Error),
+    #[error("global log driver: {0}")]
+    Driver(#[from] driver::DriverError),
+    #[error("local mariadbd: {0}")]
+    MariaDb(#[from] crate::mariadb::MariaDbError),
+    #[error("{0}")]
+    Other(String),
+}
+
+struct TransportOutbox(PeerClient);
+
+impl Outbox for TransportOutbox {
+    fn send(&mut self, msg: PeerMessage) {
+        self.0.send(msg);
+    }
+}
+
+/// What `status.json` in the data directory says (for `paxsql cluster status` and people).
+#[derive(Serialize)]
+struct StatusFile<'a> {
+    node_id: u64,
+    role: &'a str,
+    master_id: u64,
+    master_version: u64,
+    holds_lease: bool,
+    serving_as_master: bool,
+    applied_instance: u64,
+    global_last_gtid: &'a str,
+    members: &'a [u64],
+    mariadbd_pid: Option<u32>,
+    node_pid: u32,
+}
+
+/// Runs the node until `shutdown` becomes true.
+pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+    let span = tracing::info_span!("node", node = cfg.node_id);
+    let _g = span.enter();
+    let secret = cfg.read_cluster_secret()?;
+    let repl_password = NodeConfig::read_password(&cfg.mariadb.replication_password_file)?;
+    let admin_password = NodeConfig::read_password(&cfg.mariadb.admin_password_file)?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| NodeError::Other(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
+
+    // Peers.
+    let mut tcfg = TransportConfig::new(cfg.node_id, cfg.cluster_id.clone(), WireSecret::new(secret.expose()));
+    tcfg.max_message_bytes = (cfg.timing().max_batch_bytes * 2).max(16 << 20);
+    let (peer_server, mut peer_rx) = PeerServer::bind(cfg.listen.peer, &tcfg).await?;
+    let mut client = PeerClient::new(&tcfg)?;
+    for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
+        client.set_peer(m.id, &format!("http://{}", m.peer))?;
+    }
+
+    // Global log, feeding the served binlog.
+    let source = Arc::new(MemoryEventSource::new());
+    let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
+    let sink = Box::new(roles::feed_global_binlog(source.clone()));
+    let handle = driver::start(cfg.global_log_config(), store, Box::new(TransportOutbox(client)), sink)?;
+    let inbox = handle.inbox.clone();
+    let forward_inbox = inbox.clone();
+    let forward = tokio::spawn(async move {
+        while let Some(m) = peer_rx.recv().await {
+            offer(&forward_inbox, Input::Peer(m));
+        }
+    });
+
+    // Replication endpoint for the local mariadbd.
+    let repl_addr = cfg
+        .listen
+        .replication
+        .ok_or_else(|| NodeError::Other("listen.replication is required to serve the local mariadbd".into()))?;
+    let rcfg = ReplicationServerConfig {
+        replica_user: cfg.mariadb.replication_user.clone(),
+        replica_password: repl_password.clone(),
+        server_id: (3_000_000_000u64 + cfg.node_id) as u32,
+        ..ReplicationServerConfig::default()
+    };
+    let repl_server = ReplicationServer::bind(repl_addr, rcfg, source.clone()).await?;
+    let repl_port = repl_server.local_addr().port();
+    let repl_task = tokio::spawn(repl_server.run(shutdown.clone()));
+
+    // mariadbd, always (re)started in recovery mode.
+    let defaults_file = cfg.mariadb.defaults_file.clone().unwrap_or_else(|| cfg.data_dir.join("my.cnf"));
+    let mut db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file, admin_password);
+    db.start(Duration::from_secs(120)).await?;
+
+    let (serving_tx, serving) = watch::channel(None);
+    let ctx = Arc::new(RoleContext {
+        node_id: cfg.node_id,
+        mariadb: tokio::sync::Mutex::new(db),
+        socket: cfg.mariadb.socket.clone(),
+        replication_port: repl_port,
+        replication_user: cfg.mariadb.replication_user.clone(),
+        replication_password: repl_password,
+        inbox: inbox.clone(),
+        applied: handle.applied.clone(),
+    });
+    let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
+    let status_path = cfg.data_dir.join("status.json");
+    let status_task = tokio::spawn(publish_status(ctx.clone(), handle.status.clone(), serving, status_path));
+    tracing::info!(peer = %peer_server.local_addr(), replication = repl_port, "node running");
+
+    let _ = shutdown.wait_for(|stop| *stop).await;
+    tracing::info!("node stopping");
+    roles_task.abort();
+    status_task.abort();
+    forward.abort();
+    let _ = repl_task.await;
+    offer(&inbox, Input::Shutdown);
+    peer_server.shutdown().await;
+    // Dropping the context SIGKILLs mariadbd (never a clean shutdown of a possible master).
+    drop(ctx);
+    Ok(())
+}
+
+/// Writes `status.json` and tells the global log how far the local database has applied (candidate preference).
+async fn publish_status(
+    ctx: Arc<RoleContext>,
+    status: watch::Receiver<NodeStatus>,
+    serving: watch::Receiver<Option<u64>>,
+    path: PathBuf,
+) {
+    loop {
+        let st = status.borrow().clone();
+        let db = ctx.mariadb.lock().await;
+        let pid = db.pid();
+        if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
+            let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
+            offer(&ctx.inbox, Input::SetProgress(seq));
+        }
+        drop(db);
+        let file = StatusFile {
+            node_id: st.node_id,
+            role: &st.role,
+            master_id: st.master_id,
+            master_version: st.master_version,
+            holds_lease: st.holds_lease,
+            serving_as_master: serving.borrow().is_some(),
+            applied_instance: st.applied,
+            global_last_gtid: &st.last_gtid,
+            members: &st.members,
+            mariadbd_pid: pid,
+            node_pid: std::process::id(),
+        };
+        if let Ok(json) = serde_json::to_vec_pretty(&file) {
+            let tmp = path.with_extension("json.tmp");
+            if std::fs::write(&tmp, json).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
