@@ -30,7 +30,7 @@ fn replica_replicates_backlog_and_live_appends_with_parallel_apply() -> anyhow::
     // Small virtual files, so the stream rotates several times (a ROTATE plus a new opening each time).
     config.virtual_file_bytes_max = 256 * 1024;
     let served = Served::start(config)?;
-    served.block_on(workload(&source, 0, 150, 8, 40))?;
+    served.block_on(workload(&source, 0, 150, 8, 40, true))?;
     let n = feed_new(&source, &served.source)?;
     let trxs = read_transactions(&source, "mariadb-bin")?;
     let biggest = trxs.iter().flat_map(|t| t.events.iter()).map(Vec::len).max().unwrap_or(0);
@@ -51,7 +51,7 @@ fn replica_replicates_backlog_and_live_appends_with_parallel_apply() -> anyhow::
 
     phase("live: new transactions appended while the replica waits (heartbeats in between)");
     std::thread::sleep(Duration::from_millis(2500));
-    served.block_on(workload(&source, 1, 60, 4, 20))?;
+    served.block_on(workload(&source, 1, 60, 4, 20, true))?;
     let n = feed_new(&source, &served.source)?;
     eprintln!("    appended {n} more");
     let want = source.gtid_binlog_pos()?;

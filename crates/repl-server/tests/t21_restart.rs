@@ -19,7 +19,7 @@ fn replica_resumes_after_clean_restart_and_kill9() -> anyhow::Result<()> {
     phase("source workload, first half served");
     let source = start_source()?;
     let served = Served::start(Served::config(100))?;
-    served.block_on(workload(&source, 0, 400, 4, 50))?;
+    served.block_on(workload(&source, 0, 400, 4, 50, false))?;
     let all = read_transactions(&source, "mariadb-bin")?;
     let total = all.len();
     let mut rest = all.into_iter();
