@@ -1,0 +1,398 @@
+//! Sending side: one [`PeerSender`] per destination keeps a connection and one `Peer.Send` stream open, and
+//! reconnects with exponential backoff. [`PeerClient`] routes messages to them by destination node.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use paxsql_global_log::PeerMessage;
+use paxsql_paxos::NodeId;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tonic::transport::Endpoint;
+use tonic::Code;
+use tracing::Instrument;
+
+use crate::auth::ClusterAuth;
+use crate::convert::seal_envelope;
+use crate::pb;
+use crate::{TransportConfig, TransportError};
+
+/// Counters of one [`PeerSender`].
+#[derive(Debug, Default)]
+pub struct SenderStats {
+    /// Messages given to [`PeerSender::send`].
+    pub queued: AtomicU64,
+    /// Messages taken from the queue into an open stream (they may still be lost if the stream breaks).
+    pub sent: AtomicU64,
+    /// Messages dropped because the queue was full (the oldest one goes).
+    pub dropped_queue_full: AtomicU64,
+    /// Connections established.
+    pub connects: AtomicU64,
+    /// Connection attempts that failed.
+    pub connect_failures: AtomicU64,
+    /// Streams the peer refused as unauthenticated (wrong cluster id or secret on one side).
+    pub rejected: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Bounded FIFO that drops its oldest entry when full: under overload the newest Paxos state (latest commit
+/// point, newest accepts) is the most useful, and whatever is dropped gets retransmitted.
+struct SendQueue {
+    items: Mutex<VecDeque<PeerMessage>>,
+    capacity: usize,
+    /// One consumer (the stream), so `notify_one`'s stored permit closes the check-then-wait race.
+    ready: Notify,
+}
+
+impl SendQueue {
+    /// Returns whether an old message had to be dropped.
+    fn push(&self, msg: PeerMessage) -> bool {
+        let dropped = {
+            let mut items = self.items.lock().expect("send queue lock poisoned");
+            let dropped = if items.len() >= self.capacity { items.pop_front().is_some() } else { false };
+            items.push_back(msg);
+            dropped
+        };
+        self.ready.notify_one();
+        dropped
+    }
+
+    async fn pop(&self) -> PeerMessage {
+        loop {
+            if let Some(msg) = self.items.lock().expect("send queue lock poisoned").pop_front() {
+                return msg;
+            }
+            self.ready.notified().await;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.lock().expect("send queue lock poisoned").len()
+    }
+}
+
+/// The outgoing path to one peer. [`PeerSender::send`] never blocks and never fails; delivery is best effort.
+/// Dropping the sender stops its background task.
+pub struct PeerSender {
+    to: NodeId,
+    endpoint: String,
+    queue: Arc<SendQueue>,
+    stats: Arc<SenderStats>,
+    connected: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl PeerSender {
+    /// Starts the connection task for node `to` at `endpoint` (`host:port`, or a full `http://` / `https://` URI
+    /// whose scheme matches whether TLS is configured). Must be called inside a tokio runtime.
+    pub fn spawn(cfg: &TransportConfig, to: NodeId, endpoint: &str) -> Result<PeerSender, TransportError> {
+        cfg.validate()?;
+        let auth = ClusterAuth::new(&cfg.cluster_id, &cfg.cluster_secret)?;
+        let ep = build_endpoint(cfg, to, endpoint)?;
+        let queue = Arc::new(SendQueue {
+            items: Mutex::new(VecDeque::new()),
+            capacity: cfg.send_queue_capacity,
+            ready: Notify::new(),
+        });
+        let stats = Arc::new(SenderStats::default());
+        let connected = Arc::new(AtomicBool::new(false));
+        let link = Link {
+            ep,
+            to,
+            auth,
+            queue: queue.clone(),
+            stats: stats.clone(),
+            connected: connected.clone(),
+            max_message_bytes: cfg.max_message_bytes,
+            backoff_min: cfg.backoff_min(),
+            backoff_max: cfg.backoff_max(),
+        };
+        let span = tracing::info_span!("peer_sender", node = cfg.node_id, to, endpoint = %endpoint);
+        let task = tokio::spawn(link.run().instrument(span));
+        Ok(PeerSender { to, endpoint: endpoint.to_string(), queue, stats, connected, task })
+    }
+
+    /// Queues `msg` for the peer; if the queue is full, the oldest queued message is dropped and counted.
+    pub fn send(&self, msg: PeerMessage) {
+        bump(&self.stats.queued);
+        if self.queue.push(msg) {
+            bump(&self.stats.dropped_queue_full);
+        }
+    }
+
+    pub fn to(&self) -> NodeId {
+        self.to
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Whether a stream to the peer is currently open.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Messages waiting in the queue.
+    pub fn queued_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn stats(&self) -> &SenderStats {
+        &self.stats
+    }
+}
+
+impl Drop for PeerSender {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn build_endpoint(cfg: &TransportConfig, to: NodeId, endpoint: &str) -> Result<Endpoint, TransportError> {
+    let invalid = |reason: String| TransportError::InvalidEndpoint { node: to, endpoint: endpoint.to_string(), reason };
+    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+    let uri = match endpoint.split_once("://") {
+        Some((given, _)) if given != scheme => {
+            return Err(invalid(format!(
+                "scheme must be {scheme} (TLS is {})",
+                if cfg.tls.is_some() { "on" } else { "off" }
+            )))
+        }
+        Some(_) => endpoint.to_string(),
+        None => format!("{scheme}://{endpoint}"),
+    };
+    let keepalive = Duration::from_millis(cfg.keepalive_ms);
+    let ep = Endpoint::from_shared(uri)
+        .map_err(|e| invalid(e.to_string()))?
+        .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(keepalive)
+        .keep_alive_timeout(keepalive)
+        .keep_alive_while_idle(true);
+    if ep.uri().port_u16().is_none() {
+        return Err(invalid("no port".into()));
+    }
+    match &cfg.tls {
+        None => Ok(ep),
+        Some(tls) => client_tls(ep, tls),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn client_tls(ep: Endpoint, tls: &crate::TlsConfig) -> Result<Endpoint, TransportError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let m = tls.load()?;
+    let mut c =
+        ClientTlsConfig::new().ca_certificate(Certificate::from_pem(m.ca)).identity(Identity::from_pem(m.cert, m.key));
+    if let Some(name) = m.server_name {
+        c = c.domain_name(name);
+    }
+    Ok(ep.tls_config(c)?)
+}
+
+#[cfg(not(feature = "tls"))]
+fn client_tls(_: Endpoint, _: &crate::TlsConfig) -> Result<Endpoint, TransportError> {
+    Err(TransportError::TlsNotBuilt)
+}
+
+/// State of a sender's background task.
+struct Link {
+    ep: Endpoint,
+    to: NodeId,
+    auth: ClusterAuth,
+    queue: Arc<SendQueue>,
+    stats: Arc<SenderStats>,
+    connected: Arc<AtomicBool>,
+    max_message_bytes: usize,
+    backoff_min: Duration,
+    backoff_max: Duration,
+}
+
+impl Link {
+    async fn run(self) {
+        let mut backoff = self.backoff_min;
+        let mut failures_in_a_row = 0u32;
+        loop {
+            match self.ep.connect().await {
+                Ok(channel) => {
+                    bump(&self.stats.connects);
+                    failures_in_a_row = 0;
+                    self.connected.store(true, Ordering::Relaxed);
+                    tracing::debug!("connected");
+                    let opened = Instant::now();
+                    let res = self.stream(channel).await;
+                    self.connected.store(false, Ordering::Relaxed);
+                    match res {
+                        Ok(ack) => {
+                            tracing::info!(received = ack.received, dropped = ack.dropped, "peer ended the stream")
+                        }
+                        Err(status) if status.code() == Code::Unauthenticated => {
+                            bump(&self.stats.rejected);
+                            tracing::error!(
+                                reason = status.message(),
+                                "peer rejected our credentials: check cluster_id and cluster_secret on both nodes"
+                            );
+                        }
+                        Err(status) => {
+                            tracing::info!(code = ?status.code(), message = status.message(), "stream broke")
+                        }
+                    }
+                    // A stream that lived a while was a working link: reconnect at once and start backoff over.
+                    // One that failed at once (rejected, peer shutting down) must not turn into a busy loop.
+                    if opened.elapsed() >= Duration::from_secs(1) {
+                        backoff = self.backoff_min;
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    bump(&self.stats.connect_failures);
+                    failures_in_a_row += 1;
+                    // The first failure is news; the rest of an outage is noise.
+                    if failures_in_a_row == 1 {
+                        tracing::warn!(error = %display_chain(&e), "cannot connect to peer; retrying with backoff");
+                    } else {
+                        tracing::debug!(error = %display_chain(&e), failures_in_a_row, "still cannot connect");
+                    }
+                }
+            }
+            tokio::time::sleep(jitter(backoff)).await;
+            backoff = (backoff * 2).min(self.backoff_max);
+        }
+    }
+
+    async fn stream(&self, channel: tonic::transport::Channel) -> Result<pb::SendAck, tonic::Status> {
+        let mut client = pb::peer_client::PeerClient::new(channel)
+            .max_encoding_message_size(self.max_message_bytes)
+            .max_decoding_message_size(self.max_message_bytes);
+        let cluster_id = self.auth.cluster_id().to_string();
+        let state = (self.queue.clone(), self.stats.clone(), cluster_id, self.to);
+        let outbound = futures_util::stream::unfold(state, |(queue, stats, cluster_id, to)| async move {
+            let msg = queue.pop().await;
+            bump(&stats.sent);
+            if msg.to() != to {
+                tracing::warn!(msg_to = msg.to(), "message queued to the wrong peer sender; sending anyway");
+            }
+            let env = seal_envelope(&cluster_id, &msg);
+            Some((env, (queue, stats, cluster_id, to)))
+        });
+        let mut req = tonic::Request::new(outbound);
+        self.auth.attach(&mut req);
+        client.send(req).await.map(|r| r.into_inner())
+    }
+}
+
+/// Up to 50% less than `d`, so that peers that lost each other at the same moment do not retry in lockstep.
+fn jitter(d: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.subsec_nanos());
+    d - d.mul_f64(f64::from(nanos % 1000) / 2000.0)
+}
+
+fn display_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// Routes outgoing messages to one [`PeerSender`] per peer, by [`PeerMessage::to`].
+pub struct PeerClient {
+    cfg: TransportConfig,
+    senders: BTreeMap<NodeId, PeerSender>,
+    unroutable: AtomicU64,
+}
+
+impl PeerClient {
+    /// Validates `cfg` (including the TLS files). No peers yet: add them with [`PeerClient::set_peer`].
+    pub fn new(cfg: &TransportConfig) -> Result<PeerClient, TransportError> {
+        cfg.validate()?;
+        Ok(PeerClient { cfg: cfg.clone(), senders: BTreeMap::new(), unroutable: AtomicU64::new(0) })
+    }
+
+    /// Sets the endpoint of node `node`, (re)starting its sender if the endpoint changed. Inside a tokio runtime.
+    pub fn set_peer(&mut self, node: NodeId, endpoint: &str) -> Result<(), TransportError> {
+        if node == 0 || node == self.cfg.node_id {
+            return Err(TransportError::InvalidEndpoint {
+                node,
+                endpoint: endpoint.to_string(),
+                reason: "peer id must be non-zero and not this node's own".into(),
+            });
+        }
+        if self.senders.get(&node).is_some_and(|s| s.endpoint() == endpoint) {
+            return Ok(());
+        }
+        let sender = PeerSender::spawn(&self.cfg, node, endpoint)?;
+        self.senders.insert(node, sender);
+        Ok(())
+    }
+
+    /// Stops sending to `node`; queued messages are dropped.
+    pub fn remove_peer(&mut self, node: NodeId) {
+        self.senders.remove(&node);
+    }
+
+    /// Queues `msg` for `msg.to()`. Never blocks. Messages for an unknown node are dropped and counted.
+    pub fn send(&self, msg: PeerMessage) {
+        match self.senders.get(&msg.to()) {
+            Some(sender) => sender.send(msg),
+            None => {
+                self.unroutable.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(node = self.cfg.node_id, to = msg.to(), "no endpoint for node, message dropped");
+            }
+        }
+    }
+
+    pub fn sender(&self, node: NodeId) -> Option<&PeerSender> {
+        self.senders.get(&node)
+    }
+
+    /// Every configured peer, by node id.
+    pub fn peers(&self) -> impl Iterator<Item = &PeerSender> {
+        self.senders.values()
+    }
+
+    /// Messages dropped because no endpoint was configured for their destination.
+    pub fn unroutable(&self) -> u64 {
+        self.unroutable.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(to: NodeId, progress: u64) -> PeerMessage {
+        PeerMessage::Status { from: 1, to, progress, chosen_up_to: 0 }
+    }
+
+    #[test]
+    fn queue_drops_oldest_when_full() {
+        let q = SendQueue { items: Mutex::new(VecDeque::new()), capacity: 3, ready: Notify::new() };
+        let dropped: Vec<bool> = (0..5).map(|i| q.push(status(2, i))).collect();
+        assert_eq!(dropped, [false, false, false, true, true]);
+        let left: Vec<PeerMessage> = q.items.lock().unwrap().drain(..).collect();
+        assert_eq!(left, vec![status(2, 2), status(2, 3), status(2, 4)]);
+    }
+
+    #[test]
+    fn endpoint_scheme_must_match_tls() {
+        let cfg = TransportConfig::new(1, "c1", crate::ClusterSecret::new("0123456789abcdef"));
+        assert!(build_endpoint(&cfg, 2, "127.0.0.1:7100").is_ok());
+        assert!(build_endpoint(&cfg, 2, "http://127.0.0.1:7100").is_ok());
+        assert!(matches!(
+            build_endpoint(&cfg, 2, "https://127.0.0.1:7100"),
+            Err(TransportError::InvalidEndpoint { node: 2, .. })
+        ));
+        assert!(build_endpoint(&cfg, 2, "127.0.0.1").is_err());
+        assert!(build_endpoint(&cfg, 2, "not a uri").is_err());
+    }
+}

@@ -1,0 +1,213 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+use paxsql_paxos::NodeId;
+
+use crate::auth::{validate_cluster_id, ClusterSecret};
+use crate::TransportError;
+
+/// Settings shared by the [`PeerServer`](crate::PeerServer) and the [`PeerClient`](crate::PeerClient) of one node.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransportConfig {
+    /// This node's id; non-zero. Incoming messages addressed to another node are dropped.
+    pub node_id: NodeId,
+    /// Name of the cluster; every member uses the same one. ASCII letters, digits and `-_.:`.
+    pub cluster_id: String,
+    /// Shared secret every member presents on every call; at least 16 visible ASCII bytes. Never logged.
+    pub cluster_secret: ClusterSecret,
+    /// Mutual TLS for both directions. Absent: plaintext HTTP/2, where the secret crosses the network in clear.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// Decoded incoming messages buffered for the node; when full, new ones are dropped and counted.
+    #[serde(default = "defaults::inbox_capacity")]
+    pub inbox_capacity: usize,
+    /// Outgoing messages buffered per peer; when full, the oldest is dropped and counted.
+    #[serde(default = "defaults::send_queue_capacity")]
+    pub send_queue_capacity: usize,
+    /// Largest encoded message accepted or sent (catch-up batches are the big ones).
+    #[serde(default = "defaults::max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// First reconnect delay after a failed connection or stream; doubles up to `reconnect_backoff_max_ms`.
+    #[serde(default = "defaults::reconnect_backoff_min_ms")]
+    pub reconnect_backoff_min_ms: u64,
+    /// Longest reconnect delay.
+    #[serde(default = "defaults::reconnect_backoff_max_ms")]
+    pub reconnect_backoff_max_ms: u64,
+    /// TCP (and TLS) connect timeout.
+    #[serde(default = "defaults::connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// HTTP/2 keepalive ping interval; a peer silent for another interval is considered gone and reconnected.
+    #[serde(default = "defaults::keepalive_ms")]
+    pub keepalive_ms: u64,
+}
+
+/// Mutual TLS: each node presents `cert_path`/`key_path` and accepts only peers whose certificate chains to
+/// `ca_path`.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain of this node (used as server and as client certificate).
+    pub cert_path: PathBuf,
+    /// PEM private key for `cert_path`.
+    pub key_path: PathBuf,
+    /// PEM CA certificate(s) that sign every member's certificate.
+    pub ca_path: PathBuf,
+    /// Name to verify in servers' certificates; default: the host part of each peer endpoint.
+    #[serde(default)]
+    pub server_name: Option<String>,
+}
+
+mod defaults {
+    pub fn inbox_capacity() -> usize {
+        4096
+    }
+    pub fn send_queue_capacity() -> usize {
+        4096
+    }
+    pub fn max_message_bytes() -> usize {
+        64 << 20
+    }
+    pub fn reconnect_backoff_min_ms() -> u64 {
+        50
+    }
+    pub fn reconnect_backoff_max_ms() -> u64 {
+        5_000
+    }
+    pub fn connect_timeout_ms() -> u64 {
+        2_000
+    }
+    pub fn keepalive_ms() -> u64 {
+        2_000
+    }
+}
+
+impl TransportConfig {
+    /// A plaintext configuration with default limits.
+    pub fn new(node_id: NodeId, cluster_id: impl Into<String>, cluster_secret: ClusterSecret) -> Self {
+        TransportConfig {
+            node_id,
+            cluster_id: cluster_id.into(),
+            cluster_secret,
+            tls: None,
+            inbox_capacity: defaults::inbox_capacity(),
+            send_queue_capacity: defaults::send_queue_capacity(),
+            max_message_bytes: defaults::max_message_bytes(),
+            reconnect_backoff_min_ms: defaults::reconnect_backoff_min_ms(),
+            reconnect_backoff_max_ms: defaults::reconnect_backoff_max_ms(),
+            connect_timeout_ms: defaults::connect_timeout_ms(),
+            keepalive_ms: defaults::keepalive_ms(),
+        }
+    }
+
+    /// Checks every setting, and that the TLS files exist and parse as far as can be told without a handshake.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let bad = |field, reason: &str| Err(TransportError::InvalidConfig { field, reason: reason.to_string() });
+        if self.node_id == 0 {
+            return bad("node_id", "0 is reserved for \"nobody\"");
+        }
+        validate_cluster_id(&self.cluster_id)?;
+        self.cluster_secret.validate()?;
+        if self.inbox_capacity == 0 {
+            return bad("inbox_capacity", "must be at least 1");
+        }
+        if self.send_queue_capacity == 0 {
+            return bad("send_queue_capacity", "must be at least 1");
+        }
+        if self.max_message_bytes < 1024 {
+            return bad("max_message_bytes", "must be at least 1024");
+        }
+        if self.reconnect_backoff_min_ms == 0 || self.reconnect_backoff_min_ms > self.reconnect_backoff_max_ms {
+            return bad("reconnect_backoff_min_ms", "must be non-zero and at most reconnect_backoff_max_ms");
+        }
+        if self.connect_timeout_ms == 0 {
+            return bad("connect_timeout_ms", "must be non-zero");
+        }
+        if self.keepalive_ms == 0 {
+            return bad("keepalive_ms", "must be non-zero");
+        }
+        if let Some(tls) = &self.tls {
+            tls.load()?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn backoff_min(&self) -> Duration {
+        Duration::from_millis(self.reconnect_backoff_min_ms)
+    }
+    pub(crate) fn backoff_max(&self) -> Duration {
+        Duration::from_millis(self.reconnect_backoff_max_ms)
+    }
+}
+
+/// PEM material read from the files of a [`TlsConfig`].
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+pub(crate) struct TlsMaterial {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    pub ca: Vec<u8>,
+    pub server_name: Option<String>,
+}
+
+impl TlsConfig {
+    #[cfg(feature = "tls")]
+    pub(crate) fn load(&self) -> Result<TlsMaterial, TransportError> {
+        let read = |what, path: &PathBuf| {
+            let bytes =
+                std::fs::read(path).map_err(|source| TransportError::TlsFile { what, path: path.clone(), source })?;
+            if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+                return Err(TransportError::TlsFile {
+                    what,
+                    path: path.clone(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, "no PEM block in file"),
+                });
+            }
+            Ok(bytes)
+        };
+        Ok(TlsMaterial {
+            cert: read("certificate", &self.cert_path)?,
+            key: read("private key", &self.key_path)?,
+            ca: read("CA", &self.ca_path)?,
+            server_name: self.server_name.clone(),
+        })
+    }
+
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn load(&self) -> Result<TlsMaterial, TransportError> {
+        Err(TransportError::TlsNotBuilt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_catches_bad_settings() {
+        let ok = TransportConfig::new(1, "c1", ClusterSecret::new("0123456789abcdef"));
+        ok.validate().unwrap();
+        let mut c = ok.clone();
+        c.node_id = 0;
+        assert!(c.validate().is_err());
+        let mut c = ok.clone();
+        c.send_queue_capacity = 0;
+        assert!(c.validate().is_err());
+        let mut c = ok.clone();
+        c.reconnect_backoff_min_ms = 10_000;
+        assert!(c.validate().is_err());
+        let mut c = ok.clone();
+        c.tls = Some(TlsConfig {
+            cert_path: "/nonexistent/cert.pem".into(),
+            key_path: "/nonexistent/key.pem".into(),
+            ca_path: "/nonexistent/ca.pem".into(),
+            server_name: None,
+        });
+        let err = c.validate().unwrap_err();
+        if cfg!(feature = "tls") {
+            assert!(matches!(err, TransportError::TlsFile { what: "certificate", .. }), "{err}");
+        } else {
+            assert!(matches!(err, TransportError::TlsNotBuilt), "{err}");
+        }
+        assert!(!format!("{c:?}").contains("0123456789abcdef"));
+    }
+}

@@ -1,0 +1,50 @@
+//! The wire between paxsql nodes.
+//!
+//! Each node's binlog server is a Paxos member (DESIGN §1, §6). This crate carries
+//! [`PeerMessage`](paxsql_global_log::PeerMessage)s — Paxos messages and anti-entropy status — between them over
+//! gRPC (tonic, `proto/paxsql.proto`, package `paxsql.v1`). The Paxos core is sans-IO and tolerates lost,
+//! duplicated and reordered messages, so the transport never blocks it: outgoing messages go into a bounded
+//! per-peer queue that drops the oldest entry when full, incoming ones into a bounded channel that drops when
+//! the node falls behind; both count what they drop.
+//!
+//! Run loop of a node:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), paxsql_peer_transport::TransportError> {
+//! use paxsql_peer_transport::{ClusterSecret, PeerClient, PeerServer, TransportConfig};
+//! let cfg = TransportConfig::new(1, "prod-eu", ClusterSecret::new("a long random shared secret"));
+//! let (server, mut inbox) = PeerServer::bind("10.0.0.1:7100".parse().unwrap(), &cfg).await?;
+//! let mut peers = PeerClient::new(&cfg)?;
+//! peers.set_peer(2, "10.0.0.2:7100")?;
+//! peers.set_peer(3, "10.0.0.3:7100")?;
+//! while let Some(msg) = inbox.recv().await {
+//!     // node.step(msg, now); then for every outgoing message in node.take_ready(): peers.send(m)
+//! #   let _ = msg;
+//! }
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Every call carries the cluster id and the cluster secret as metadata ([`auth`]); with a `tls` section the
+//! connection is mutual TLS. Without TLS the secret crosses the network in clear: run plaintext only on a network
+//! you trust.
+
+pub mod auth;
+mod client;
+mod config;
+pub mod convert;
+mod error;
+mod server;
+
+/// Generated protobuf messages and gRPC stubs for `paxsql.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("paxsql.v1");
+}
+
+pub use auth::{ClusterAuth, ClusterSecret};
+pub use client::{PeerClient, PeerSender, SenderStats};
+pub use config::{TlsConfig, TransportConfig};
+pub use convert::{decode_envelope, open_envelope, seal_envelope};
+pub use error::TransportError;
+pub use server::{PeerServer, ServerStats};

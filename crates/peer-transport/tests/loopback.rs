@@ -1,0 +1,446 @@
+//! Peer transport on 127.0.0.1: message exchange, authentication, binding, overflow, reconnects, mutual TLS.
+//! Every wait is bounded; a test that hangs fails after its deadline instead.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paxsql_global_log::PeerMessage;
+use paxsql_paxos::{Ballot, Message, MessageBody, Value};
+use paxsql_peer_transport::pb;
+use paxsql_peer_transport::{seal_envelope, ClusterAuth, ClusterSecret, PeerClient, PeerServer, TransportConfig};
+use tokio::sync::mpsc;
+use tonic::Code;
+
+const SECRET: &str = "loopback-test-secret-0123456789";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+}
+
+fn cfg(node: u64) -> TransportConfig {
+    let mut c = TransportConfig::new(node, "loopback", ClusterSecret::new(SECRET));
+    c.reconnect_backoff_min_ms = 20;
+    c.reconnect_backoff_max_ms = 200;
+    c
+}
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+fn accept(from: u64, to: u64, instance: u64) -> PeerMessage {
+    PeerMessage::Paxos(Message {
+        from,
+        to,
+        body: MessageBody::Accept {
+            ballot: Ballot::new(3, from),
+            instance,
+            value: Value::Batch(vec![instance.to_le_bytes().to_vec()]),
+            chosen_up_to: instance.saturating_sub(1),
+        },
+    })
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = tokio::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn recv_n(rx: &mut mpsc::Receiver<PeerMessage>, n: usize) -> Vec<PeerMessage> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match tokio::time::timeout(DEADLINE, rx.recv()).await {
+            Ok(Some(m)) => out.push(m),
+            Ok(None) => panic!("inbox closed after {} messages", out.len()),
+            Err(_) => panic!("timed out after {} of {n} messages", out.len()),
+        }
+    }
+    out
+}
+
+fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_exchange_every_kind_in_order() {
+    init_logs();
+    tracing::info!("two servers and two clients on 127.0.0.1 exchange messages both ways, in order");
+    let (s1, mut in1) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
+    let (s2, mut in2) = PeerServer::bind(localhost(), &cfg(2)).await.unwrap();
+    let mut c1 = PeerClient::new(&cfg(1)).unwrap();
+    c1.set_peer(2, &s2.local_addr().to_string()).unwrap();
+    let mut c2 = PeerClient::new(&cfg(2)).unwrap();
+    c2.set_peer(1, &format!("http://{}", s1.local_addr())).unwrap();
+
+    let b = Ballot::new(7, 1);
+    let bodies = vec![
+        MessageBody::Prepare { ballot: b, from_instance: 5 },
+        MessageBody::Promise {
+            ballot: b,
+            from_instance: 5,
+            entries: vec![(5, Ballot::CHOSEN, Value::Noop), (6, Ballot::new(6, 2), Value::Batch(vec![vec![1; 10]]))],
+            more: true,
+        },
+        MessageBody::Nack { rejected: b, promised: Ballot::new(8, 3) },
+        MessageBody::Accept { ballot: b, instance: 7, value: Value::Batch(vec![]), chosen_up_to: 6 },
+        MessageBody::Accepted { ballot: b, instance: 7 },
+        MessageBody::Commit { ballot: b, chosen_up_to: 7 },
+        MessageBody::CatchUpRequest { from_instance: 1 },
+        MessageBody::CatchUp {
+            entries: vec![(1, Value::Reconfigure(paxsql_paxos::Membership::new([1, 2, 3]))), (2, Value::Noop)],
+            chosen_up_to: 2,
+        },
+        MessageBody::CatchUpGone { first_held: 100 },
+    ];
+    let mut to2: Vec<PeerMessage> =
+        bodies.iter().map(|body| PeerMessage::Paxos(Message { from: 1, to: 2, body: body.clone() })).collect();
+    to2.push(PeerMessage::Status { from: 1, to: 2, progress: 9, chosen_up_to: 7 });
+    to2.extend((1..=500).map(|i| accept(1, 2, i)));
+    let to1: Vec<PeerMessage> = (1..=300).map(|i| accept(2, 1, i)).collect();
+
+    for m in &to2 {
+        c1.send(m.clone());
+    }
+    for m in &to1 {
+        c2.send(m.clone());
+    }
+    assert_eq!(recv_n(&mut in2, to2.len()).await, to2);
+    assert_eq!(recv_n(&mut in1, to1.len()).await, to1);
+
+    eventually("both senders report connected", || {
+        c1.sender(2).unwrap().is_connected() && c2.sender(1).unwrap().is_connected()
+    })
+    .await;
+    assert_eq!(load(&s2.stats().dropped_inbox_full), 0);
+    assert_eq!(load(&s2.stats().malformed), 0);
+    assert_eq!(load(&c1.sender(2).unwrap().stats().dropped_queue_full), 0);
+
+    // Unknown destination: dropped and counted, nothing sent.
+    c1.send(accept(1, 9, 1));
+    assert_eq!(c1.unroutable(), 1);
+    s1.shutdown().await;
+    s2.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_listens_only_on_the_configured_address() {
+    init_logs();
+    tracing::info!("bind 127.0.0.1:0: the bound address is 127.0.0.1, and 127.0.0.2 on the same port refuses");
+    let (server, _inbox) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
+    let addr = server.local_addr();
+    assert_eq!(addr.ip().to_string(), "127.0.0.1");
+    assert_ne!(addr.port(), 0);
+    tokio::net::TcpStream::connect(addr).await.expect("configured address accepts");
+    let other: SocketAddr = format!("127.0.0.2:{}", addr.port()).parse().unwrap();
+    let err = tokio::net::TcpStream::connect(other).await.expect_err("must not listen on 127.0.0.2");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+
+    // A second server cannot take the same address.
+    assert!(PeerServer::bind(addr, &cfg(1)).await.is_err());
+    server.shutdown().await;
+}
+
+/// Collects log output of the current thread (the test uses a current-thread runtime so the server's tasks log
+/// here too).
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn rejected_case(server_cfg: TransportConfig, client_cfg: TransportConfig, expected_check: &str) {
+    let logs = LogBuf::default();
+    let writer = logs.clone();
+    let subscriber =
+        tracing_subscriber::fmt().with_env_filter("info").with_ansi(false).with_writer(move || writer.clone()).finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (server, mut inbox) = PeerServer::bind(localhost(), &server_cfg).await.unwrap();
+    let mut client = PeerClient::new(&client_cfg).unwrap();
+    client.set_peer(1, &server.local_addr().to_string()).unwrap();
+    for i in 1..=10 {
+        client.send(accept(2, 1, i));
+    }
+    eventually("the server rejects a call", || load(&server.stats().calls_rejected) >= 1).await;
+    eventually("the sender sees the rejection", || load(&client.sender(1).unwrap().stats().rejected) >= 1).await;
+    assert!(inbox.try_recv().is_err(), "the receiver must see nothing");
+    assert_eq!(load(&server.stats().streams_accepted), 0);
+    assert_eq!(load(&server.stats().received), 0);
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let line =
+        text.lines().find(|l| l.contains("rejected peer call")).unwrap_or_else(|| panic!("no log line:\n{text}"));
+    assert!(line.contains(expected_check), "{line}");
+    assert!(line.contains("peer=127.0.0.1:"), "log line must name the peer address: {line}");
+    assert!(!text.contains(SECRET) && !text.contains("wrong-secret-"), "a secret leaked into the logs:\n{text}");
+    drop(client);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn wrong_secret_is_rejected_and_nothing_is_delivered() {
+    tracing::info!("a client with another secret is refused; the log names the peer and the check, not the secret");
+    let mut bad = cfg(2);
+    bad.cluster_secret = ClusterSecret::new("wrong-secret-0123456789abcdef");
+    rejected_case(cfg(1), bad, "cluster secret wrong").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn wrong_cluster_id_is_rejected_and_nothing_is_delivered() {
+    tracing::info!("a client of another cluster is refused even with the same secret");
+    let mut other = cfg(2);
+    other.cluster_id = "other-cluster".into();
+    rejected_case(cfg(1), other, "cluster id mismatch").await;
+}
+
+#[tokio::test]
+async fn raw_calls_without_or_with_bad_credentials_get_unauthenticated() {
+    init_logs();
+    tracing::info!("the exact gRPC status for missing metadata, a wrong secret and a wrong cluster id");
+    let (server, mut inbox) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
+    let url = format!("http://{}", server.local_addr());
+    let msg = seal_envelope("loopback", &accept(2, 1, 1));
+
+    let mut client = pb::peer_client::PeerClient::connect(url.clone()).await.unwrap();
+    let status = client.send(envelopes(vec![msg.clone()])).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+
+    for (cluster, secret) in [("loopback", "another-secret-0123456789"), ("elsewhere", SECRET)] {
+        let auth = ClusterAuth::new(cluster, &ClusterSecret::new(secret)).unwrap();
+        let mut req = tonic::Request::new(envelopes(vec![msg.clone()]));
+        auth.attach(&mut req);
+        let status = client.send(req).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unauthenticated, "{cluster}: {status:?}");
+    }
+    assert_eq!(load(&server.stats().calls_rejected), 3);
+    assert!(inbox.try_recv().is_err());
+
+    // With the right credentials the same call is acknowledged; an envelope for another cluster is dropped.
+    let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
+    let mut foreign = msg.clone();
+    foreign.cluster_id = "elsewhere".into();
+    let mut req = tonic::Request::new(envelopes(vec![msg.clone(), foreign, msg.clone()]));
+    auth.attach(&mut req);
+    let ack = client.send(req).await.unwrap().into_inner();
+    assert_eq!((ack.received, ack.dropped), (3, 1));
+    assert_eq!(recv_n(&mut inbox, 2).await, vec![accept(2, 1, 1), accept(2, 1, 1)]);
+    server.shutdown().await;
+}
+
+fn envelopes(items: Vec<pb::PeerEnvelope>) -> impl futures_util::Stream<Item = pb::PeerEnvelope> {
+    futures_util::stream::iter(items)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_inbox_drops_and_counts_instead_of_blocking() {
+    init_logs();
+    tracing::info!("an inbox of 4 that nobody reads: the rest is dropped and counted, the sender never blocks");
+    let mut small = cfg(1);
+    small.inbox_capacity = 4;
+    let (server, mut inbox) = PeerServer::bind(localhost(), &small).await.unwrap();
+    let mut client = PeerClient::new(&cfg(2)).unwrap();
+    client.set_peer(1, &server.local_addr().to_string()).unwrap();
+    for i in 1..=100 {
+        client.send(accept(2, 1, i));
+    }
+    eventually("server read all 100", || load(&server.stats().received) == 100).await;
+    assert_eq!(load(&server.stats().delivered), 4);
+    assert_eq!(load(&server.stats().dropped_inbox_full), 96);
+    assert_eq!(recv_n(&mut inbox, 4).await, (1..=4).map(|i| accept(2, 1, i)).collect::<Vec<_>>());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_send_queue_drops_oldest() {
+    init_logs();
+    tracing::info!("a peer that is down: the send queue keeps the newest messages and delivers them once it is up");
+    // Reserve a port, then free it so that nothing listens there yet.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut c = cfg(2);
+    c.send_queue_capacity = 8;
+    let mut client = PeerClient::new(&c).unwrap();
+    client.set_peer(1, &addr.to_string()).unwrap();
+    for i in 1..=50 {
+        client.send(accept(2, 1, i));
+    }
+    let sender = client.sender(1).unwrap();
+    assert_eq!(load(&sender.stats().dropped_queue_full), 42);
+    eventually("a failed connection attempt", || load(&sender.stats().connect_failures) >= 1).await;
+
+    let (server, mut inbox) = PeerServer::bind(addr, &cfg(1)).await.unwrap();
+    let got = recv_n(&mut inbox, 8).await;
+    assert_eq!(got, (43..=50).map(|i| accept(2, 1, i)).collect::<Vec<_>>());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sender_reconnects_after_the_server_restarts() {
+    init_logs();
+    tracing::info!("server goes away and comes back on the same address; the sender's stream resumes");
+    let (server, mut inbox) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
+    let addr = server.local_addr();
+    let mut client = PeerClient::new(&cfg(2)).unwrap();
+    client.set_peer(1, &addr.to_string()).unwrap();
+    client.send(accept(2, 1, 1));
+    assert_eq!(recv_n(&mut inbox, 1).await, vec![accept(2, 1, 1)]);
+    server.shutdown().await;
+    drop(inbox);
+    let sender = client.sender(1).unwrap();
+    eventually("sender notices the loss", || !sender.is_connected()).await;
+
+    let (server, mut inbox) = PeerServer::bind(addr, &cfg(1)).await.unwrap();
+    // Messages sent while the link was down or reconnecting may be lost (Paxos retransmits); keep sending until
+    // one arrives, like a Paxos timer would.
+    let mut i = 2;
+    let got = loop {
+        client.send(accept(2, 1, i));
+        match tokio::time::timeout(Duration::from_millis(100), inbox.recv()).await {
+            Ok(Some(m)) => break m,
+            _ => {
+                i += 1;
+                assert!(i < 100, "no message arrived after the restart");
+            }
+        }
+    };
+    assert!(matches!(got, PeerMessage::Paxos(Message { from: 2, to: 1, .. })));
+    assert!(load(&sender.stats().connects) >= 2);
+    server.shutdown().await;
+}
+
+#[cfg(feature = "tls")]
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "tls")]
+impl Pki {
+    /// A CA and one certificate for "localhost" and 127.0.0.1 signed by it, plus a stranger CA with its own leaf.
+    fn new() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        for prefix in ["", "stranger-"] {
+            let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+            let key = KeyPair::generate().unwrap();
+            let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap()
+                .signed_by(&key, &ca)
+                .unwrap();
+            std::fs::write(dir.path().join(format!("{prefix}ca.pem")), ca.pem()).unwrap();
+            std::fs::write(dir.path().join(format!("{prefix}node.pem")), leaf.pem()).unwrap();
+            std::fs::write(dir.path().join(format!("{prefix}node.key")), key.serialize_pem()).unwrap();
+        }
+        Pki { dir }
+    }
+
+    fn tls(&self, prefix: &str) -> paxsql_peer_transport::TlsConfig {
+        let p = |name: &str| self.dir.path().join(format!("{prefix}{name}"));
+        paxsql_peer_transport::TlsConfig {
+            cert_path: p("node.pem"),
+            key_path: p("node.key"),
+            ca_path: p("ca.pem"),
+            server_name: Some("localhost".into()),
+        }
+    }
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_carries_messages_and_refuses_strangers() {
+    init_logs();
+    tracing::info!("mutual TLS: members exchange messages; plaintext and foreign-CA clients get nothing through");
+    let pki = Pki::new();
+    let tls_cfg = |node| {
+        let mut c = cfg(node);
+        c.tls = Some(pki.tls(""));
+        c
+    };
+    let (server, mut inbox) = PeerServer::bind(localhost(), &tls_cfg(1)).await.unwrap();
+    let mut client = PeerClient::new(&tls_cfg(2)).unwrap();
+    client.set_peer(1, &server.local_addr().to_string()).unwrap();
+    let msgs: Vec<PeerMessage> = (1..=20).map(|i| accept(2, 1, i)).collect();
+    for m in &msgs {
+        client.send(m.clone());
+    }
+    assert_eq!(recv_n(&mut inbox, msgs.len()).await, msgs);
+
+    // Plaintext client against the TLS server.
+    let mut plain = PeerClient::new(&cfg(3)).unwrap();
+    plain.set_peer(1, &server.local_addr().to_string()).unwrap();
+    // Client whose certificate chains to another CA (it trusts our server's CA so the failure is the server's).
+    let mut stranger_tls = pki.tls("stranger-");
+    stranger_tls.ca_path = pki.dir.path().join("ca.pem");
+    let mut stranger_cfg = cfg(4);
+    stranger_cfg.tls = Some(stranger_tls);
+    let mut stranger = PeerClient::new(&stranger_cfg).unwrap();
+    stranger.set_peer(1, &server.local_addr().to_string()).unwrap();
+    for i in 1..=5 {
+        plain.send(accept(3, 1, i));
+        stranger.send(accept(4, 1, i));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(inbox.try_recv().is_err(), "nothing from non-members may arrive");
+    assert_eq!(load(&server.stats().streams_accepted), 1);
+    assert_eq!(load(&server.stats().received), msgs.len() as u64);
+    server.shutdown().await;
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_config_errors_are_reported_at_config_time() {
+    init_logs();
+    let pki = Pki::new();
+    let mut c = cfg(1);
+    let mut tls = pki.tls("");
+    tls.key_path = pki.dir.path().join("missing.key");
+    c.tls = Some(tls);
+    let err = PeerServer::bind(localhost(), &c).await.err().expect("missing key file must fail");
+    assert!(err.to_string().contains("private key"), "{err}");
+    assert!(PeerClient::new(&c).is_err());
+}
+
+#[tokio::test]
+async fn admin_service_shares_the_port_and_the_authentication() {
+    init_logs();
+    tracing::info!("Admin served next to Peer, behind the same cluster check");
+    struct Admin;
+    #[tonic::async_trait]
+    impl pb::admin_server::Admin for Admin {
+        async fn status(
+            &self,
+            _: tonic::Request<pb::StatusRequest>,
+        ) -> Result<tonic::Response<pb::StatusReply>, tonic::Status> {
+            Ok(tonic::Response::new(pb::StatusReply { node_id: 1, role: "replica".into(), ..Default::default() }))
+        }
+    }
+    let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
+    let routes =
+        tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(Admin, auth.interceptor()));
+    let (server, _inbox) = PeerServer::bind_with_routes(localhost(), &cfg(1), Some(routes)).await.unwrap();
+    let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", server.local_addr())).await.unwrap();
+    let status = admin.status(pb::StatusRequest {}).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    let mut req = tonic::Request::new(pb::StatusRequest {});
+    auth.attach(&mut req);
+    let reply = admin.status(req).await.unwrap().into_inner();
+    assert_eq!((reply.node_id, reply.role.as_str()), (1, "replica"));
+    server.shutdown().await;
+}
