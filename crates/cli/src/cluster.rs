@@ -48,7 +48,9 @@ pub enum ClusterCommand {
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Up { nodes, dir, base_port, timeout } => up(nodes, &dir, base_port, Duration::from_secs(timeout)),
+        ClusterCommand::Up { nodes, dir, base_port, timeout } => {
+            up(nodes, &dir, base_port, Duration::from_secs(timeout))
+        }
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
     }
@@ -100,7 +102,9 @@ impl NodeLayout {
 
 fn random_secret(len: usize) -> String {
     let mut rng = rand::thread_rng();
-    (0..len).map(|_| char::from(b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"[rng.gen_range(0..57)])).collect()
+    (0..len)
+        .map(|_| char::from(b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"[rng.gen_range(0..57)]))
+        .collect()
 }
 
 fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
@@ -289,7 +293,8 @@ fn read_status(n: &NodeLayout) -> Option<serde_json::Value> {
 
 fn load(dir: &Path) -> anyhow::Result<ClusterFile> {
     let path = dir.join("cluster.json");
-    let text = fs::read_to_string(&path).with_context(|| format!("no cluster in {} (missing cluster.json)", dir.display()))?;
+    let text =
+        fs::read_to_string(&path).with_context(|| format!("no cluster in {} (missing cluster.json)", dir.display()))?;
     Ok(serde_json::from_str(&text)?)
 }
 
@@ -298,7 +303,11 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()
         bail!("--nodes must be 3 or 5 (or 1 for a single-node trial)");
     }
     if dir.join("cluster.json").exists() {
-        bail!("{} already holds a cluster: `paxsql cluster down --dir {}` and remove it first", dir.display(), dir.display());
+        bail!(
+            "{} already holds a cluster: `paxsql cluster down --dir {}` and remove it first",
+            dir.display(),
+            dir.display()
+        );
     }
     fs::create_dir_all(dir.join("secrets"))?;
     let dir = dir.canonicalize()?;
@@ -332,7 +341,10 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()
     println!("paxsql cluster is up: {} nodes, master is node {}", nodes.len(), master.id);
     println!();
     println!("Connect (writes go to the master):");
-    println!("  mariadb -h127.0.0.1 -P{} -u{} -p'{}' {}", master.mariadb_port, file.app_user, file.app_password, file.app_database);
+    println!(
+        "  mariadb -h127.0.0.1 -P{} -u{} -p'{}' {}",
+        master.mariadb_port, file.app_user, file.app_password, file.app_database
+    );
     println!();
     println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
     println!("Stop:    paxsql cluster down --dir {}", dir.display());
@@ -413,19 +425,28 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("cluster {}   master: {}", file.cluster_id, master.map_or("none".to_string(), |m| format!("node {m}")));
-    println!("{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}", "node", "role", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid");
+    println!(
+        "{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
+        "node", "role", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid"
+    );
+    // JSON values print with quotes and ignore widths: render each cell as plain text first.
+    let cell = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) if !s.is_empty() => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => "-".to_string(),
+    };
     for r in &rows {
         println!(
             "{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
-            r["id"],
-            r["role"].as_str().unwrap_or("?"),
-            r["master_id"],
-            r["master_version"],
-            r["applied_instance"],
-            r["global_last_gtid"].as_str().unwrap_or("-"),
-            r["endpoints"]["mariadb"].as_str().unwrap_or("-"),
-            r["pids"]["node"],
-            r["pids"]["mariadbd"],
+            cell(&r["id"]),
+            cell(&r["role"]),
+            cell(&r["master_id"]),
+            cell(&r["master_version"]),
+            cell(&r["applied_instance"]),
+            cell(&r["global_last_gtid"]),
+            cell(&r["endpoints"]["mariadb"]),
+            cell(&r["pids"]["node"]),
+            cell(&r["pids"]["mariadbd"]),
         );
     }
     println!("application account: {} / {} (database {})", file.app_user, file.app_password, file.app_database);

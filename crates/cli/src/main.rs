@@ -49,13 +49,17 @@ fn main() -> ExitCode {
 fn run_node(config: PathBuf, check_only: bool) -> anyhow::Result<()> {
     let cfg = paxsql_node::config::NodeConfig::load(&config)?;
     if check_only {
-        println!("{}: ok (node {}, cluster {}, {} members)", config.display(), cfg.node_id, cfg.cluster_id, cfg.members.len());
+        println!(
+            "{}: ok (node {}, cluster {}, {} members)",
+            config.display(),
+            cfg.node_id,
+            cfg.cluster_id,
+            cfg.members.len()
+        );
         return Ok(());
     }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

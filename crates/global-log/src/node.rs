@@ -270,7 +270,9 @@ impl GlobalLogNode {
         self.my_term = None;
         self.lease_until = 0;
         self.paxos.step_down();
-        self.backoff_until = self.now + self.cfg.lease_ms + self.cfg.max_clock_drift_ms;
+        // Stand back longer than any healthy member has to wait, so one of them takes over: a node resigns
+        // because its database failed, and should not win the next election with the same database.
+        self.backoff_until = self.now + 2 * (self.cfg.lease_ms + self.cfg.max_clock_drift_ms);
     }
 
     /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from.

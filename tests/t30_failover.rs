@@ -1,0 +1,92 @@
+//! A three-node paxsql cluster on real MariaDB: replication, failover after kill -9 of the master's mariadbd and
+//! of its node process, no acknowledged write lost, a stale master never acknowledges, a former master rejoins
+//! aligned, and a minority never accepts a write.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Cluster;
+
+const CHECKSUM: &str = "CHECKSUM TABLE t";
+
+fn checksums_equal(c: &Cluster, nodes: &[u64]) {
+    let first = c.sql(nodes[0], CHECKSUM, Duration::from_secs(10)).expect("checksum");
+    for &n in &nodes[1..] {
+        assert_eq!(c.sql(n, CHECKSUM, Duration::from_secs(10)).expect("checksum"), first, "node {n} differs");
+    }
+}
+
+/// Inserts rows `ids` on `node`, one transaction each; returns the ids the server acknowledged.
+fn insert(c: &Cluster, node: u64, ids: std::ops::Range<u64>) -> Vec<u64> {
+    ids.filter(|id| c.sql(node, &format!("INSERT INTO t VALUES ({id}, 'v{id}')"), Duration::from_secs(5)).is_ok())
+        .collect()
+}
+
+#[test]
+fn writes_replicate_and_failover_loses_no_acknowledged_write() {
+    let c = Cluster::up(3, 26000);
+    let all = [1, 2, 3];
+    let (m1, term1) = c.master_term().expect("a master after cluster up");
+    eprintln!("phase: writes on master {m1} appear on every node with equal checksums");
+    c.sql(m1, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    let mut acked = insert(&c, m1, 0..50);
+    assert_eq!(acked.len(), 50, "a healthy master acknowledges every write");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "50", Duration::from_secs(20));
+    checksums_equal(&c, &all);
+    for n in all.iter().filter(|n| **n != m1) {
+        let err = c.sql(*n, "INSERT INTO t VALUES (999999, 'replica')", Duration::from_secs(5)).unwrap_err();
+        assert!(err.contains("1290") || err.contains("read-only"), "replica {n} accepted a write: {err}");
+    }
+
+    eprintln!("phase: kill -9 the master's mariadbd; a new master takes over and writes continue");
+    c.kill9_mariadbd(m1);
+    // Any node may serve the new term, the old master too once its mariadbd is back and aligned.
+    let (m2, _) = c.wait_new_term(term1, Duration::from_secs(30));
+    acked.extend(insert(&c, m2, 100..150));
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", &acked.len().to_string(), Duration::from_secs(60));
+    checksums_equal(&c, &all);
+
+    eprintln!("phase: kill -9 the master's node process; its mariadbd never acknowledges again");
+    c.kill9_node(m2);
+    let stale = c.sql(m2, "INSERT INTO t VALUES (777777, 'stale')", Duration::from_secs(3));
+    assert!(stale.is_err(), "a master whose node died acknowledged a write: {stale:?}");
+    let m3 = c.wait_master(Some(m2), Duration::from_secs(30));
+    acked.extend(insert(&c, m3, 200..250));
+    let survivors: Vec<u64> = all.iter().copied().filter(|n| *n != m2).collect();
+    c.wait_all(&survivors, "SELECT COUNT(*) FROM t", &acked.len().to_string(), Duration::from_secs(60));
+
+    eprintln!("phase: the former master restarts, drops its un-acknowledged tail and rejoins aligned");
+    c.restart_node(m2);
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", &acked.len().to_string(), Duration::from_secs(90));
+    c.wait_all(&[m2], "SELECT COUNT(*) FROM t WHERE id = 777777", "0", Duration::from_secs(10));
+    checksums_equal(&c, &all);
+    let ids = c.sql(m3, "SELECT GROUP_CONCAT(id ORDER BY id) FROM t", Duration::from_secs(5)).expect("ids");
+    let mut want = acked.clone();
+    want.sort();
+    let want = want.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    assert_eq!(ids, want, "every acknowledged write, and nothing else, is in the table");
+}
+
+#[test]
+fn a_minority_never_accepts_a_write() {
+    let c = Cluster::up(3, 26100);
+    let m = c.master().expect("a master");
+    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    let others: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != m).collect();
+    eprintln!("phase: both other nodes die (node processes and their mariadbds); master {m} is alone");
+    for &n in &others {
+        c.kill9_node(n);
+        c.kill9_mariadbd(n);
+    }
+    // Whatever it was doing, a lone node must not acknowledge: give it well over a lease to try.
+    for i in 0..5 {
+        let r = c.sql(m, &format!("INSERT INTO t VALUES ({i}, 'minority')"), Duration::from_secs(3));
+        assert!(r.is_err(), "the minority acknowledged write {i}: {r:?}");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while c.master().is_some() {
+        assert!(std::time::Instant::now() < deadline, "a node alone still serves as master\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
