@@ -650,6 +650,11 @@ impl PaxosNode {
     }
 
     fn propose_at(&mut self, instance: Instance, value: Value, membership: Membership) {
+        // Never propose where the log is already decided: a proposal there under our ballot would break the
+        // promise our commit messages make (every instance we proposed at and report chosen holds our value).
+        if instance <= self.last_chosen {
+            return;
+        }
         let Some(l) = self.leader.as_mut() else {
             return;
         };
@@ -674,6 +679,11 @@ impl PaxosNode {
                 return;
             }
             let instance = l.next_instance;
+            if instance <= self.last_chosen {
+                // Values were chosen past our proposals, so a higher ballot has been leading: we are stale.
+                self.step_down_because("the log moved past this leader");
+                return;
+            }
             let membership = l.next_membership.clone();
             if l.pending_reconfig.is_none() {
                 if let Some(next) = self.queued_reconfig.take() {

@@ -134,3 +134,26 @@ fn a_member_behind_a_compaction_is_told_to_rebuild() {
     n3.step(reply[0].clone());
     assert_eq!(n3.take_ready().rebuild_required, Some(5));
 }
+
+/// Regression (simulator seeds 22426, 58370, ...): a leader that learns, from a catch-up, values chosen past its
+/// next slot must not propose there: its commit point would tell followers that its own proposal was chosen.
+#[test]
+fn a_leader_overtaken_by_the_log_steps_down_instead_of_proposing_into_it() {
+    let mut g = group(3);
+    g.get_mut(&1).unwrap().campaign();
+    settle(&mut g, |_| false);
+    let leader = g.get_mut(&1).unwrap();
+    assert_eq!(leader.role(), Role::Leader);
+    let overtaken =
+        MessageBody::CatchUp { entries: vec![(1, Value::Batch(vec![b"theirs".to_vec()]))], chosen_up_to: 1 };
+    leader.step(Message { from: 3, to: 1, body: overtaken });
+    leader.propose(b"ours".to_vec()).unwrap();
+    let r = leader.take_ready();
+    assert!(
+        !r.messages.iter().any(|m| matches!(m.body, MessageBody::Accept { instance: 1, .. })),
+        "proposed into a decided instance: {:?}",
+        r.messages
+    );
+    assert_eq!(leader.role(), Role::Follower);
+    assert_eq!(leader.last_step_down_reason(), "the log moved past this leader");
+}

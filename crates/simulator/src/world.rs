@@ -162,6 +162,10 @@ impl Simulation {
         cfg.paxos.max_promise_entries = 16;
         cfg.paxos.catch_up_max_entries = 16;
         cfg.paxos.bug = self.plan.bug;
+        // Slow links get timers sized for them, as an operator would (the WAN profile): retransmitting faster
+        // than a round trip only floods the network.
+        let round_trip = 2 * self.plan.delay_ms.1;
+        cfg.paxos.retransmit_ms = cfg.paxos.retransmit_ms.max(round_trip + 50);
         cfg
     }
 

@@ -62,3 +62,23 @@ fn broken_proposer_is_caught_within_default_seeds() {
     let again = run_seed(caught.plan.seed, Some(Bug::IgnorePromisedValues), false);
     assert_eq!(again.violation.as_ref(), Some(v));
 }
+
+/// Seeds that once found a bug, each kept as a regression test (found by the 100,000-seed sweeps).
+#[test]
+fn seeds_that_found_bugs_stay_fixed() {
+    let found = [
+        // A candidate unseated a master whose renewals it only learned in phase 1 (two lease holders).
+        107, 235, 1100, 1560, 1865,
+        // The proposing incarnation and the full-log convergence check (simulator bugs, kept honest).
+        2071, 10073,
+        // A leader that learned chosen values past its next slot proposed there anyway, and its commit point
+        // told a follower its own stale proposal was chosen (two values for one instance).
+        22426, 23849, 38460, 58370, 75189,
+        // Retransmissions faster than the round trip flooded a six-member group on slow links (liveness).
+        22453,
+    ];
+    for seed in found {
+        let out = run_seed(seed, None, false);
+        assert!(out.violation.is_none(), "seed {seed}: {}", out.violation.map(|v| v.to_string()).unwrap_or_default());
+    }
+}
