@@ -1,6 +1,7 @@
 //! `paxsql`: run a node, start and stop a local cluster, show a cluster's status.
 
 mod cluster;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +25,19 @@ enum Command {
         #[arg(long)]
         check_config: bool,
     },
+    /// Ask running nodes for their status over their authenticated admin endpoint (the peer port).
+    Status {
+        /// Peer addresses (host:port), comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        peers: Vec<String>,
+        #[arg(long)]
+        cluster_id: String,
+        /// File holding the cluster secret.
+        #[arg(long)]
+        secret_file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage a local cluster in one directory.
     Cluster {
         #[command(subcommand)]
@@ -36,6 +50,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Node { config, check_config } => run_node(config, check_config),
         Command::Cluster { command } => cluster::run(command),
+        Command::Status { peers, cluster_id, secret_file, json } => {
+            status::run(&peers, &cluster_id, &secret_file, json)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
-use paxsql_peer_transport::{ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
+use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
+use paxsql_peer_transport::pb::{StatusReply, StatusRequest};
+use paxsql_peer_transport::{ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
 use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -75,7 +77,12 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     // Peers.
     let mut tcfg = TransportConfig::new(cfg.node_id, cfg.cluster_id.clone(), WireSecret::new(secret.expose()));
     tcfg.max_message_bytes = (cfg.timing().max_batch_bytes * 2).max(16 << 20);
-    let (peer_server, mut peer_rx) = PeerServer::bind(cfg.listen.peer, &tcfg).await?;
+    // The admin status service shares the peer port and its cluster authentication.
+    let (admin_status_tx, admin_status) = watch::channel(StatusReply::default());
+    let auth = ClusterAuth::new(&cfg.cluster_id, &tcfg.cluster_secret)?;
+    let routes =
+        tonic::service::Routes::new(AdminServer::with_interceptor(AdminStatus(admin_status), auth.interceptor()));
+    let (peer_server, mut peer_rx) = PeerServer::bind_with_routes(cfg.listen.peer, &tcfg, Some(routes)).await?;
     let mut client = PeerClient::new(&tcfg)?;
     for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
         client.set_peer(m.id, &format!("http://{}", m.peer))?;
@@ -127,7 +134,20 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     });
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
-    let status_task = tokio::spawn(publish_status(ctx.clone(), handle.status.clone(), serving, status_path));
+    let endpoints = Endpoints {
+        mariadb_port: cfg.mariadb.port,
+        peer: cfg.listen.peer.to_string(),
+        replication_port: repl_port,
+        members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
+    };
+    let status_task = tokio::spawn(publish_status(
+        ctx.clone(),
+        handle.status.clone(),
+        serving,
+        status_path,
+        admin_status_tx,
+        endpoints,
+    ));
     tracing::info!(peer = %peer_server.local_addr(), replication = repl_port, "node running");
 
     let _ = shutdown.wait_for(|stop| *stop).await;
@@ -143,22 +163,76 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     Ok(())
 }
 
-/// Writes `status.json` and tells the global log how far the local database has applied (candidate preference).
+struct Endpoints {
+    mariadb_port: u16,
+    peer: String,
+    replication_port: u16,
+    members: Vec<(u64, String)>,
+}
+
+/// `Admin.Status`: the latest status, as published below.
+struct AdminStatus(watch::Receiver<StatusReply>);
+
+#[tonic::async_trait]
+impl Admin for AdminStatus {
+    async fn status(&self, _: tonic::Request<StatusRequest>) -> Result<tonic::Response<StatusReply>, tonic::Status> {
+        Ok(tonic::Response::new(self.0.borrow().clone()))
+    }
+}
+
+/// Writes `status.json`, feeds the admin status service and tells the global log how far the local database has
+/// applied (candidate preference).
 async fn publish_status(
     ctx: Arc<RoleContext>,
     status: watch::Receiver<NodeStatus>,
     serving: watch::Receiver<Option<u64>>,
     path: PathBuf,
+    admin: watch::Sender<StatusReply>,
+    endpoints: Endpoints,
 ) {
     loop {
         let st = status.borrow().clone();
         let db = ctx.mariadb.lock().await;
         let pid = db.pid();
+        let mut local_seq = None;
         if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
             let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
+            local_seq = Some(seq);
             offer(&ctx.inbox, Input::SetProgress(seq));
         }
         drop(db);
+        let serving_master = serving.borrow().is_some();
+        let mut details = std::collections::HashMap::new();
+        details.insert("mariadb".to_string(), format!("127.0.0.1:{}", endpoints.mariadb_port));
+        details.insert("replication".to_string(), format!("127.0.0.1:{}", endpoints.replication_port));
+        details.insert("peer".to_string(), endpoints.peer.clone());
+        details.insert("node_pid".to_string(), std::process::id().to_string());
+        details.insert("mariadbd_pid".to_string(), pid.map(|p| p.to_string()).unwrap_or_default());
+        details.insert("serving_as_master".to_string(), serving_master.to_string());
+        if let (Some(local), Some(global)) = (local_seq, st.last_seq) {
+            details.insert("lag_transactions".to_string(), global.saturating_sub(local).to_string());
+        }
+        admin.send_replace(StatusReply {
+            node_id: st.node_id,
+            role: if serving_master { "master".into() } else { st.role.clone() },
+            master_id: st.master_id,
+            master_version: st.master_version,
+            holds_lease: st.holds_lease,
+            applied_instance: st.applied,
+            last_gtid: st.last_gtid.clone(),
+            members: st.members.clone(),
+            peers: endpoints
+                .members
+                .iter()
+                .map(|(id, addr)| paxsql_peer_transport::pb::PeerEndpoint {
+                    node_id: *id,
+                    address: addr.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            chosen_up_to: st.applied,
+            details,
+        });
         let file = StatusFile {
             node_id: st.node_id,
             role: &st.role,

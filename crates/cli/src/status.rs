@@ -1,0 +1,90 @@
+//! `paxsql status --peers ...`: asks each node's admin endpoint (on its peer port, behind the cluster secret) for
+//! its status, and prints one line per node or, with `--json`, a document for machines.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use paxsql_peer_transport::pb::admin_client::AdminClient;
+use paxsql_peer_transport::pb::{StatusReply, StatusRequest};
+use paxsql_peer_transport::{ClusterAuth, ClusterSecret};
+
+pub fn run(peers: &[String], cluster_id: &str, secret_file: &Path, json: bool) -> anyhow::Result<()> {
+    let secret = std::fs::read_to_string(secret_file)
+        .with_context(|| format!("cannot read the cluster secret from {}", secret_file.display()))?;
+    let auth = ClusterAuth::new(cluster_id, &ClusterSecret::new(secret.trim_end_matches(['\n', '\r'])))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let replies: Vec<(String, Result<StatusReply, String>)> = rt.block_on(async {
+        let mut out = Vec::new();
+        for p in peers {
+            out.push(ask(p.clone(), &auth).await);
+        }
+        out
+    });
+    let master = replies.iter().find_map(|(_, r)| r.as_ref().ok().filter(|s| s.role == "master").map(|s| s.node_id));
+    if json {
+        let nodes: Vec<serde_json::Value> = replies
+            .iter()
+            .map(|(peer, r)| match r {
+                Ok(s) => serde_json::json!({
+                    "peer": peer,
+                    "id": s.node_id,
+                    "role": s.role,
+                    "master_id": s.master_id,
+                    "master_version": s.master_version,
+                    "holds_lease": s.holds_lease,
+                    "applied_instance": s.applied_instance,
+                    "last_gtid": s.last_gtid,
+                    "members": s.members,
+                    "details": s.details,
+                }),
+                Err(e) => serde_json::json!({ "peer": peer, "error": e }),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "master": master, "nodes": nodes }))?);
+        return Ok(());
+    }
+    println!("master: {}", master.map_or("none".into(), |m| format!("node {m}")));
+    println!(
+        "{:<22} {:<5} {:<9} {:<7} {:<8} {:<10} {:<20} {:>6}",
+        "peer", "node", "role", "master", "version", "applied", "last gtid", "lag"
+    );
+    for (peer, r) in &replies {
+        match r {
+            Ok(s) => println!(
+                "{:<22} {:<5} {:<9} {:<7} {:<8} {:<10} {:<20} {:>6}",
+                peer,
+                s.node_id,
+                s.role,
+                s.master_id,
+                s.master_version,
+                s.applied_instance,
+                if s.last_gtid.is_empty() { "-" } else { &s.last_gtid },
+                s.details.get("lag_transactions").map(String::as_str).unwrap_or("-"),
+            ),
+            Err(e) => println!("{peer:<22} unreachable: {e}"),
+        }
+    }
+    Ok(())
+}
+
+async fn ask(peer: String, auth: &ClusterAuth) -> (String, Result<StatusReply, String>) {
+    let url = if peer.contains("://") { peer.clone() } else { format!("http://{peer}") };
+    let result = async {
+        let endpoint = tonic::transport::Endpoint::from_shared(url).map_err(|e| e.to_string())?;
+        let channel = tokio::time::timeout(Duration::from_secs(3), endpoint.connect())
+            .await
+            .map_err(|_| "connect timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        let mut client = AdminClient::new(channel);
+        let mut req = tonic::Request::new(StatusRequest {});
+        auth.attach(&mut req);
+        let reply = tokio::time::timeout(Duration::from_secs(3), client.status(req))
+            .await
+            .map_err(|_| "status timed out".to_string())?
+            .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+        Ok(reply.into_inner())
+    }
+    .await;
+    (peer, result)
+}
