@@ -8,7 +8,7 @@
 //! `ChangeMaster` compares and sets the lease sequence, which every renewal bumps, so a candidate that has not
 //! seen the newest renewal cannot win.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use paxsql_paxos::{
     Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot, Value, WriteBatch,
@@ -141,6 +141,10 @@ pub struct GlobalLogNode {
     pending_snapshot: Option<ReplicatedState>,
     rng: u64,
     replayed: Vec<Applied>,
+    /// Non-members that sent us their status and get ours back.
+    status_replies: BTreeSet<NodeId>,
+    /// `proposed_at_ms` of this incarnation's recent `ChangeMaster` proposals.
+    own_change_proposals: std::collections::VecDeque<u64>,
 }
 
 impl GlobalLogNode {
@@ -183,6 +187,8 @@ impl GlobalLogNode {
             pending_snapshot: None,
             rng: rng | 1,
             replayed,
+            own_change_proposals: std::collections::VecDeque::new(),
+            status_replies: BTreeSet::new(),
         }
     }
 
@@ -238,6 +244,11 @@ impl GlobalLogNode {
             PeerMessage::Status { from, progress, chosen_up_to, .. } => {
                 self.peer_progress.insert(from, progress);
                 self.paxos.observe_peer_chosen(from, chosen_up_to);
+                // A node we do not count as a member gets no status from us otherwise: answer, so that it can
+                // catch up, see that it was removed and stop campaigning.
+                if !self.state.membership.contains(from) {
+                    self.status_replies.insert(from);
+                }
             }
         }
     }
@@ -345,7 +356,11 @@ impl GlobalLogNode {
         let me = self.id();
         match effect {
             Applied::MasterChanged { master, master_version, proposed_at_ms, .. } => {
-                if *master == me && self.change_master_pending == Some(*proposed_at_ms) {
+                // Ours even if we gave up waiting for it: a later leader may have chosen our proposal after all,
+                // and then nobody but us can renew the term (seed 51402).
+                let ours = self.change_master_pending == Some(*proposed_at_ms)
+                    || self.own_change_proposals.contains(proposed_at_ms);
+                if *master == me && ours {
                     self.my_term = Some(*master_version);
                     self.lease_until = proposed_at_ms + self.cfg.lease_ms;
                     self.next_renew_at = proposed_at_ms + self.cfg.renew_interval_ms;
@@ -471,6 +486,10 @@ impl GlobalLogNode {
                     };
                     if self.paxos.propose(cmd.encode()).is_ok() {
                         self.change_master_pending = Some(now);
+                        if self.own_change_proposals.len() >= 8 {
+                            self.own_change_proposals.pop_front();
+                        }
+                        self.own_change_proposals.push_back(now);
                     }
                 }
             }
@@ -513,6 +532,9 @@ impl GlobalLogNode {
         }
         self.last_status_sent = Some(self.now);
         let (me, progress, chosen_up_to) = (self.id(), self.progress(), self.paxos.last_chosen());
+        for to in std::mem::take(&mut self.status_replies) {
+            out.messages.push(PeerMessage::Status { from: me, to, progress, chosen_up_to });
+        }
         for &to in &self.state.membership.members {
             if to != me {
                 out.messages.push(PeerMessage::Status { from: me, to, progress, chosen_up_to });

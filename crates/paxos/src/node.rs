@@ -466,6 +466,12 @@ impl PaxosNode {
     // ----- acceptor -----
 
     fn on_prepare(&mut self, from: NodeId, ballot: Ballot, from_instance: Instance) {
+        // A node outside the membership (typically one removed while it was cut off, still believing it is a
+        // member) must not unseat the group's leader over and over. Liveness only: ignoring is always safe.
+        let in_next = self.leader.as_ref().is_some_and(|l| l.next_membership.contains(from));
+        if from != self.cfg.id && !self.membership.contains(from) && !in_next {
+            return;
+        }
         if let Some((until, except)) = self.prepare_guard {
             if self.now < until && from != except && from != self.cfg.id {
                 return;

@@ -76,6 +76,10 @@ fn seeds_that_found_bugs_stay_fixed() {
         22426, 23849, 38460, 58370, 75189,
         // Retransmissions faster than the round trip flooded a six-member group on slow links (liveness).
         22453,
+        // A master change chosen by a later leader after its proposer gave up waiting: nobody renewed the term.
+        51402,
+        // A member removed while cut off never learned it and kept unseating the leader with new ballots.
+        57068, 87786,
     ];
     for seed in found {
         let out = run_seed(seed, None, false);
