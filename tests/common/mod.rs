@@ -13,10 +13,24 @@ pub fn paxsql() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_paxsql"))
 }
 
-/// A running local cluster; `Drop` runs `paxsql cluster down`.
+/// A running local cluster; `Drop` runs `paxsql cluster down` (and deletes its network namespace, if any).
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub info: Value,
+    /// The network namespace the test created for this cluster: every node on its own loopback address inside it.
+    pub netns: Option<String>,
+}
+
+/// A command, run inside `netns` when there is one.
+fn command(netns: &Option<String>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 fn require_mariadb() {
@@ -28,15 +42,34 @@ fn require_mariadb() {
 
 impl Cluster {
     pub fn up(nodes: u64, base_port: u16) -> Cluster {
+        Self::start(nodes, base_port, None)
+    }
+
+    /// A cluster inside a network namespace created for it, node N on 127.0.0.N, so that the test can cut
+    /// links between nodes with iptables without touching the machine's own network.
+    pub fn up_in_netns(nodes: u64, base_port: u16) -> Cluster {
+        let ns = format!("paxsql-t{}-{base_port}", std::process::id());
+        let ok = |args: &[&str]| Command::new("ip").args(args).status().map(|s| s.success()).unwrap_or(false);
+        assert!(
+            ok(&["netns", "add", &ns]),
+            "cannot create network namespace {ns} (needs root and iproute2: deploy/install-deps.sh)"
+        );
+        assert!(ok(&["-n", &ns, "link", "set", "lo", "up"]), "cannot bring up lo in {ns}");
+        Self::start(nodes, base_port, Some(ns))
+    }
+
+    fn start(nodes: u64, base_port: u16, netns: Option<String>) -> Cluster {
         require_mariadb();
         let dir = tempfile::Builder::new().prefix("paxsql-cluster-").tempdir().expect("temp dir");
-        let out = Command::new(paxsql())
-            .args(["cluster", "up", "--nodes", &nodes.to_string(), "--base-port", &base_port.to_string(), "--dir"])
-            .arg(dir.path())
-            .output()
-            .expect("run paxsql cluster up");
+        let mut cmd = command(&netns, paxsql());
+        cmd.args(["cluster", "up", "--nodes", &nodes.to_string(), "--base-port", &base_port.to_string(), "--dir"]);
+        cmd.arg(dir.path());
+        if netns.is_some() {
+            cmd.arg("--address-per-node");
+        }
+        let out = cmd.output().expect("run paxsql cluster up");
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        let mut c = Cluster { dir, info: Value::Null };
+        let mut c = Cluster { dir, info: Value::Null, netns };
         assert!(out.status.success(), "cluster up failed:\n{text}\n{}", c.logs());
         c.info = c.status();
         eprintln!("{text}");
@@ -44,7 +77,7 @@ impl Cluster {
     }
 
     pub fn status(&self) -> Value {
-        let out = Command::new(paxsql())
+        let out = command(&None, paxsql())
             .args(["cluster", "status", "--json", "--dir"])
             .arg(self.dir.path())
             .output()
@@ -83,9 +116,35 @@ impl Cluster {
     }
 
     pub fn port(&self, id: u64) -> u16 {
+        self.endpoint(id, "mariadb").1
+    }
+
+    /// (host, port) of one of node `id`'s endpoints: "mariadb", "peer" or "replication".
+    pub fn endpoint(&self, id: u64, which: &str) -> (String, u16) {
         let st = self.status();
-        let ep = st["nodes"][(id - 1) as usize]["endpoints"]["mariadb"].as_str().unwrap_or("").to_string();
-        ep.rsplit(':').next().and_then(|p| p.parse().ok()).expect("mariadb port in status")
+        let ep = st["nodes"][(id - 1) as usize]["endpoints"][which].as_str().unwrap_or("").to_string();
+        let (host, port) = ep.rsplit_once(':').expect("host:port in status");
+        (host.to_string(), port.parse().expect("port"))
+    }
+
+    /// Cuts node `id` off from every other node's Paxos traffic, both ways (inside the cluster's namespace).
+    pub fn isolate(&self, id: u64, nodes: &[u64]) {
+        let (host, port) = self.endpoint(id, "peer");
+        self.iptables(&["-A", "INPUT", "-p", "tcp", "--dport", &port.to_string(), "-j", "DROP"]);
+        for &other in nodes.iter().filter(|n| **n != id) {
+            let (_, p) = self.endpoint(other, "peer");
+            self.iptables(&["-A", "INPUT", "-s", &host, "-p", "tcp", "--dport", &p.to_string(), "-j", "DROP"]);
+        }
+    }
+
+    pub fn heal(&self) {
+        self.iptables(&["-F", "INPUT"]);
+    }
+
+    fn iptables(&self, args: &[&str]) {
+        let ns = self.netns.as_ref().expect("network faults need a cluster in its own namespace");
+        let ok = Command::new("ip").args(["netns", "exec", ns, "iptables"]).args(args).status().map(|s| s.success());
+        assert!(ok.unwrap_or(false), "iptables {args:?} in {ns} failed (deploy/install-deps.sh installs iptables)");
     }
 
     pub fn password(&self) -> String {
@@ -108,10 +167,13 @@ impl Cluster {
 
     /// Runs SQL as the application account on node `id`, with a time limit. Ok(stdout) or Err(stderr).
     pub fn sql(&self, id: u64, sql: &str, timeout: Duration) -> Result<String, String> {
-        let out = Command::new("timeout")
+        let (host, port) = self.endpoint(id, "mariadb");
+        // Network faults only ever cut Paxos (peer port) traffic, so clients reach every node.
+        let out = command(&self.netns, "timeout")
             .arg(format!("{}", timeout.as_secs_f64()))
-            .args(["mariadb", "-h127.0.0.1", "-uapp", "-N", "-B", "app"])
-            .arg(format!("-P{}", self.port(id)))
+            .args(["mariadb", "-uapp", "-N", "-B", "app"])
+            .arg(format!("-h{host}"))
+            .arg(format!("-P{port}"))
             .env("MYSQL_PWD", self.password())
             .arg("-e")
             .arg(sql)
@@ -138,7 +200,7 @@ impl Cluster {
     pub fn restart_node(&self, id: u64) {
         let dir = self.node_dir(id);
         let log = std::fs::File::create(dir.join("log/node-restart.log")).expect("log");
-        let child = Command::new(paxsql())
+        let child = command(&self.netns, paxsql())
             .args(["node", "--config"])
             .arg(dir.join("node.toml"))
             .stdout(log.try_clone().expect("log"))
@@ -186,7 +248,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new(paxsql()).args(["cluster", "down", "--dir"]).arg(self.dir.path()).output();
+        let _ = command(&self.netns, paxsql()).args(["cluster", "down", "--dir"]).arg(self.dir.path()).output();
+        if let Some(ns) = &self.netns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
     }
 }
 

@@ -31,6 +31,10 @@ pub enum ClusterCommand {
         /// Seconds to wait for a master.
         #[arg(long, default_value_t = 90)]
         timeout: u64,
+        /// Give node N its own loopback address 127.0.0.N (for fault tests that filter traffic between nodes,
+        /// inside a network namespace of their own); default: every node on 127.0.0.1.
+        #[arg(long)]
+        address_per_node: bool,
     },
     /// Stop every process of the cluster in `--dir`.
     Down {
@@ -48,8 +52,8 @@ pub enum ClusterCommand {
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Up { nodes, dir, base_port, timeout } => {
-            up(nodes, &dir, base_port, Duration::from_secs(timeout))
+        ClusterCommand::Up { nodes, dir, base_port, timeout, address_per_node } => {
+            up(nodes, &dir, base_port, Duration::from_secs(timeout), address_per_node)
         }
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
@@ -60,6 +64,9 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct NodeLayout {
     id: u64,
+    /// Address every endpoint of the node binds (loopback).
+    #[serde(default = "default_host")]
+    host: String,
     mariadb_port: u16,
     peer_port: u16,
     replication_port: u16,
@@ -78,11 +85,16 @@ struct ClusterFile {
     nodes: Vec<NodeLayout>,
 }
 
+fn default_host() -> String {
+    "127.0.0.1".to_string()
+}
+
 impl NodeLayout {
-    fn new(dir: &Path, id: u64, base: u16) -> Self {
+    fn new(dir: &Path, id: u64, base: u16, address_per_node: bool) -> Self {
         let b = base + 10 * (id as u16 - 1);
         NodeLayout {
             id,
+            host: if address_per_node { format!("127.0.0.{id}") } else { default_host() },
             mariadb_port: b,
             peer_port: b + 1,
             replication_port: b + 2,
@@ -120,7 +132,7 @@ fn my_cnf(n: &NodeLayout) -> String {
         "# Written by `paxsql cluster up`. Recipe: DESIGN.md §3 (shared/evidence/my.cnf.*).\n\
          [mariadbd]\n\
          user=root\n\
-         bind-address=127.0.0.1\n\
+         bind-address={host}\n\
          port={port}\n\
          socket={d}/run/mysqld.sock\n\
          datadir={d}/data\n\
@@ -155,6 +167,7 @@ fn my_cnf(n: &NodeLayout) -> String {
          performance_schema=OFF\n",
         port = n.mariadb_port,
         id = n.id,
+        host = n.host,
     )
 }
 
@@ -168,8 +181,8 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          cluster_secret_file = \"{s}/cluster.secret\"\n\
          data_dir = \"{d}/node\"\n\
          \n[listen]\n\
-         peer = \"127.0.0.1:{peer}\"\n\
-         replication = \"127.0.0.1:{repl}\"\n\
+         peer = \"{host}:{peer}\"\n\
+         replication = \"{host}:{repl}\"\n\
          \n[mariadb]\n\
          port = {port}\n\
          socket = \"{d}/run/mysqld.sock\"\n\
@@ -178,13 +191,14 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          replication_password_file = \"{s}/replication.password\"\n\
          admin_password_file = \"{s}/admin.password\"\n",
         id = n.id,
+        host = n.host,
         s = s.display(),
         peer = n.peer_port,
         repl = n.replication_port,
         port = n.mariadb_port,
     );
     for m in all {
-        out += &format!("\n[[members]]\nid = {}\npeer = \"127.0.0.1:{}\"\n", m.id, m.peer_port);
+        out += &format!("\n[[members]]\nid = {}\npeer = \"{}:{}\"\n", m.id, m.host, m.peer_port);
     }
     out
 }
@@ -298,7 +312,7 @@ fn load(dir: &Path) -> anyhow::Result<ClusterFile> {
     Ok(serde_json::from_str(&text)?)
 }
 
-fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()> {
+fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bool) -> anyhow::Result<()> {
     if ![3, 5].contains(&count) && count != 1 {
         bail!("--nodes must be 3 or 5 (or 1 for a single-node trial)");
     }
@@ -316,7 +330,7 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()
     write_secret(&dir.join("secrets/cluster.secret"), &random_secret(40))?;
     write_secret(&dir.join("secrets/admin.password"), &admin_pw)?;
     write_secret(&dir.join("secrets/replication.password"), &repl_pw)?;
-    let nodes: Vec<NodeLayout> = (1..=count).map(|id| NodeLayout::new(&dir, id, base)).collect();
+    let nodes: Vec<NodeLayout> = (1..=count).map(|id| NodeLayout::new(&dir, id, base, address_per_node)).collect();
     let file = ClusterFile {
         cluster_id: cluster_id.clone(),
         app_user: "app".into(),
@@ -327,7 +341,7 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()
     fs::write(dir.join("cluster.json"), serde_json::to_vec_pretty(&file)?)?;
     fs::set_permissions(dir.join("cluster.json"), fs::Permissions::from_mode(0o600))?;
     for n in &nodes {
-        eprintln!("initialising node {} (mariadbd on 127.0.0.1:{})", n.id, n.mariadb_port);
+        eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
         fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id))?;
     }
@@ -342,8 +356,8 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration) -> anyhow::Result<()
     println!();
     println!("Connect (writes go to the master):");
     println!(
-        "  mariadb -h127.0.0.1 -P{} -u{} -p'{}' {}",
-        master.mariadb_port, file.app_user, file.app_password, file.app_database
+        "  mariadb -h{} -P{} -u{} -p'{}' {}",
+        master.host, master.mariadb_port, file.app_user, file.app_password, file.app_database
     );
     println!();
     println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
@@ -406,9 +420,9 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             "applied_instance": st["applied_instance"],
             "global_last_gtid": st["global_last_gtid"],
             "endpoints": {
-                "mariadb": format!("127.0.0.1:{}", n.mariadb_port),
-                "peer": format!("127.0.0.1:{}", n.peer_port),
-                "replication": format!("127.0.0.1:{}", n.replication_port),
+                "mariadb": format!("{}:{}", n.host, n.mariadb_port),
+                "peer": format!("{}:{}", n.host, n.peer_port),
+                "replication": format!("{}:{}", n.host, n.replication_port),
             },
             "pids": { "node": node_pid, "mariadbd": mariadbd_pid },
         }));

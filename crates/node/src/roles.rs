@@ -51,6 +51,7 @@ pub struct RoleContext {
     pub node_id: u64,
     pub mariadb: tokio::sync::Mutex<LocalMariaDb>,
     pub socket: std::path::PathBuf,
+    pub replication_host: String,
     pub replication_port: u16,
     pub replication_user: String,
     pub replication_password: String,
@@ -176,9 +177,9 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
         // Continue from what this server holds, whether it was applied as a replica or written as a master.
         "SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_binlog_pos",
         &format!(
-            "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, MASTER_USER='{}', MASTER_PASSWORD='{}', \
+            "CHANGE MASTER TO MASTER_HOST='{}', MASTER_PORT={}, MASTER_USER='{}', MASTER_PASSWORD='{}', \
              MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-            ctx.replication_port, ctx.replication_user, pw
+            ctx.replication_host, ctx.replication_port, ctx.replication_user, pw
         ),
         "START SLAVE",
     ])

@@ -77,6 +77,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     // Peers.
     let mut tcfg = TransportConfig::new(cfg.node_id, cfg.cluster_id.clone(), WireSecret::new(secret.expose()));
     tcfg.max_message_bytes = (cfg.timing().max_batch_bytes * 2).max(16 << 20);
+    // Talk to peers from the address we listen on: the peers (and any firewall) then see who is speaking.
+    tcfg.local_address = Some(cfg.listen.peer.ip()).filter(|ip| !ip.is_unspecified());
     // The admin status service shares the peer port and its cluster authentication.
     let (admin_status_tx, admin_status) = watch::channel(StatusReply::default());
     let auth = ClusterAuth::new(&cfg.cluster_id, &tcfg.cluster_secret)?;
@@ -126,6 +128,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         node_id: cfg.node_id,
         mariadb: tokio::sync::Mutex::new(db),
         socket: cfg.mariadb.socket.clone(),
+        replication_host: repl_addr.ip().to_string(),
         replication_port: repl_port,
         replication_user: cfg.mariadb.replication_user.clone(),
         replication_password: repl_password,
@@ -135,6 +138,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
     let endpoints = Endpoints {
+        host: repl_addr.ip().to_string(),
         mariadb_port: cfg.mariadb.port,
         peer: cfg.listen.peer.to_string(),
         replication_port: repl_port,
@@ -164,6 +168,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
 }
 
 struct Endpoints {
+    host: String,
     mariadb_port: u16,
     peer: String,
     replication_port: u16,
@@ -203,8 +208,8 @@ async fn publish_status(
         drop(db);
         let serving_master = serving.borrow().is_some();
         let mut details = std::collections::HashMap::new();
-        details.insert("mariadb".to_string(), format!("127.0.0.1:{}", endpoints.mariadb_port));
-        details.insert("replication".to_string(), format!("127.0.0.1:{}", endpoints.replication_port));
+        details.insert("mariadb".to_string(), format!("{}:{}", endpoints.host, endpoints.mariadb_port));
+        details.insert("replication".to_string(), format!("{}:{}", endpoints.host, endpoints.replication_port));
         details.insert("peer".to_string(), endpoints.peer.clone());
         details.insert("node_pid".to_string(), std::process::id().to_string());
         details.insert("mariadbd_pid".to_string(), pid.map(|p| p.to_string()).unwrap_or_default());

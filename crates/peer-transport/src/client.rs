@@ -174,7 +174,8 @@ fn build_endpoint(cfg: &TransportConfig, to: NodeId, endpoint: &str) -> Result<E
         .tcp_nodelay(true)
         .http2_keep_alive_interval(keepalive)
         .keep_alive_timeout(keepalive)
-        .keep_alive_while_idle(true);
+        .keep_alive_while_idle(true)
+        .local_address(cfg.local_address);
     if ep.uri().port_u16().is_none() {
         return Err(invalid("no port".into()));
     }

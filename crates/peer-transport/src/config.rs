@@ -40,6 +40,10 @@ pub struct TransportConfig {
     /// HTTP/2 keepalive ping interval; a peer silent for another interval is considered gone and reconnected.
     #[serde(default = "defaults::keepalive_ms")]
     pub keepalive_ms: u64,
+    /// Source address of outgoing peer connections (normally the address the node listens on), so that a
+    /// network filter can tell the nodes apart; `None` lets the kernel choose.
+    #[serde(default)]
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 /// Mutual TLS: each node presents `cert_path`/`key_path` and accepts only peers whose certificate chains to
@@ -97,6 +101,7 @@ impl TransportConfig {
             reconnect_backoff_max_ms: defaults::reconnect_backoff_max_ms(),
             connect_timeout_ms: defaults::connect_timeout_ms(),
             keepalive_ms: defaults::keepalive_ms(),
+            local_address: None,
         }
     }
 
