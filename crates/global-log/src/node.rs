@@ -400,7 +400,9 @@ impl GlobalLogNode {
         self.paxos.step_down();
         // Spread the next attempts over a whole campaign's length so that rivals stop colliding.
         let jitter = self.next_random() % (self.cfg.campaign_timeout_ms + 1);
-        self.backoff_until = self.now + jitter;
+        // Keep the preference order in the back-off too: with equal progress, ranks follow node ids, so rivals
+        // that collided once do not collide forever.
+        self.backoff_until = self.now + self.rank() * self.cfg.stand_stagger_ms + jitter;
     }
 
     /// Every `snapshot_every` instances, compacts the log up to the previous snapshot point (keeping that many

@@ -166,6 +166,7 @@ impl Simulation {
         // than a round trip only floods the network.
         let round_trip = 2 * self.plan.delay_ms.1;
         cfg.paxos.retransmit_ms = cfg.paxos.retransmit_ms.max(round_trip + 50);
+        cfg.stand_stagger_ms = cfg.stand_stagger_ms.max(2 * round_trip);
         cfg
     }
 

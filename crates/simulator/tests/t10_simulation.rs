@@ -80,6 +80,8 @@ fn seeds_that_found_bugs_stay_fixed() {
         51402,
         // A member removed while cut off never learned it and kept unseating the leader with new ballots.
         57068, 87786,
+        // Equal-progress candidates of a six-member group on slow links kept colliding after back-off.
+        25991, 28667,
     ];
     for seed in found {
         let out = run_seed(seed, None, false);
