@@ -90,3 +90,58 @@ fn a_minority_never_accepts_a_write() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn a_node_whose_data_diverged_from_the_global_log_does_not_serve() {
+    let c = Cluster::up(3, 26200);
+    let m = c.master().expect("a master");
+    let r = [1, 2, 3].into_iter().find(|n| *n != m).expect("a replica");
+    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    c.wait_all(&[r], "SELECT COUNT(*) FROM t", "0", Duration::from_secs(20));
+
+    eprintln!("phase: a privileged account writes on replica {r} (read_only does not stop it): its GTIDs diverge");
+    let dir = c.node_dir(r);
+    let admin_pw = std::fs::read_to_string(c.dir.path().join("secrets/admin.password")).expect("admin password");
+    let out = std::process::Command::new("mariadb")
+        .arg(format!("--socket={}", dir.join("run/mysqld.sock").display()))
+        // The second transaction's prepare flushes the first one's commit to the redo log, so at least the first
+        // survives the kill -9 below (a commit younger than that can be rolled back: MDEV-232).
+        .args([
+            "-uroot",
+            "app",
+            "-e",
+            "INSERT INTO t VALUES (4242, 'diverged'); INSERT INTO t VALUES (4243, 'diverged')",
+        ])
+        .env("MYSQL_PWD", admin_pw.trim())
+        .output()
+        .expect("mariadb client");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Give InnoDB time to make the commit durable: with init-rpl-role=SLAVE a commit younger than ~1 s can be
+    // rolled back by a kill -9 recovery (MDEV-232), which would quietly re-align the server.
+    std::thread::sleep(Duration::from_secs(3));
+    eprintln!("phase: the node restarts; its alignment check refuses to serve the diverged server");
+    c.kill9_node(r);
+    c.kill9_mariadbd(r);
+    c.restart_node(r);
+    let log = dir.join("log/node-restart.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("is not a prefix of the global log") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no alignment refusal in the node log\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // It must not have been wired as a replica of the global log (nor be master).
+    let io = c.sql(
+        r,
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'system user'",
+        Duration::from_secs(5),
+    );
+    assert_eq!(io.as_deref(), Ok("0"), "the diverged server runs replication threads");
+    assert_ne!(c.master(), Some(r));
+    // The rest of the cluster keeps working.
+    c.sql(m, "INSERT INTO t VALUES (1, 'fine')", Duration::from_secs(10)).expect("write on the master");
+}

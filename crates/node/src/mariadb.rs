@@ -19,6 +19,8 @@ pub enum MariaDbError {
     NotReady { secs: u64, last: String },
     #[error("mariadbd exited during start with {status}; see its error log")]
     Exited { status: String },
+    #[error("local GTID position {local} is not a prefix of the global log ({reason}); the node does not serve until it is, and a diverged server must be rebuilt from a healthy member")]
+    NotAligned { local: String, reason: String },
     #[error("SQL `{sql}` failed: {source}")]
     Sql { sql: String, source: mysql_async::Error },
 }

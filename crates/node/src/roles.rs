@@ -13,7 +13,7 @@ use std::time::Duration;
 use paxsql_binlog::{Gtid, GtidSet};
 use paxsql_global_log::Applied;
 use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
-use paxsql_repl_server::MemoryEventSource;
+use paxsql_repl_server::{EventSource, MemoryEventSource};
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::driver::{offer, Input, NodeStatus};
@@ -57,6 +57,8 @@ pub struct RoleContext {
     pub replication_password: String,
     pub inbox: SyncSender<Input>,
     pub applied: broadcast::Sender<Applied>,
+    /// The global binlog as served to replicas: the alignment check looks the local position up in it.
+    pub global_binlog: Arc<MemoryEventSource>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +171,14 @@ async fn demote(
 
 async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     let db = ctx.mariadb.lock().await;
+    // Alignment (DESIGN §5): the local server must hold a prefix of the global log before it serves in any role.
+    // A position ahead of our copy of the log may only mean the copy is still catching up: retry later. A
+    // diverged one (a transaction the global log does not have) needs a rebuild from a healthy member.
+    let local = db.query_string("SELECT @@GLOBAL.gtid_binlog_pos").await?;
+    let position: GtidSet = local.parse().unwrap_or_default();
+    if let Err(e) = ctx.global_binlog.locate(&position) {
+        return Err(MariaDbError::NotAligned { local, reason: e.to_string() });
+    }
     let pw = ctx.replication_password.replace('\'', "''");
     db.exec(&[
         "STOP SLAVE",

@@ -134,6 +134,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         replication_password: repl_password,
         inbox: inbox.clone(),
         applied: handle.applied.clone(),
+        global_binlog: source.clone(),
     });
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
