@@ -196,18 +196,27 @@ impl Cluster {
         kill9(pid);
     }
 
-    /// Starts node `id`'s process again (as `cluster up` does).
+    /// Starts node `id`'s process again (as `cluster up` does). A port of the killed process can stay busy for a
+    /// moment (seen in CI: "Address already in use"), so a node that exits at once is started again, boundedly.
     pub fn restart_node(&self, id: u64) {
         let dir = self.node_dir(id);
-        let log = std::fs::File::create(dir.join("log/node-restart.log")).expect("log");
-        let child = command(&self.netns, paxsql())
-            .args(["node", "--config"])
-            .arg(dir.join("node.toml"))
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn node");
-        std::fs::write(dir.join("node.pid"), child.id().to_string()).expect("pid file");
+        for attempt in 0..20 {
+            let log = std::fs::File::create(dir.join("log/node-restart.log")).expect("log");
+            let mut child = command(&self.netns, paxsql())
+                .args(["node", "--config"])
+                .arg(dir.join("node.toml"))
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn()
+                .expect("spawn node");
+            std::fs::write(dir.join("node.pid"), child.id().to_string()).expect("pid file");
+            std::thread::sleep(Duration::from_secs(1));
+            match child.try_wait() {
+                Ok(Some(status)) => eprintln!("node {id} restart attempt {attempt} exited with {status}; retrying"),
+                _ => return,
+            }
+        }
+        panic!("node {id} did not start again\n{}", self.logs());
     }
 
     /// Waits until `sql` gives `expected` on every node listed.
