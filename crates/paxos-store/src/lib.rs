@@ -44,7 +44,7 @@ use std::path::Path;
 
 use raft_engine::{Command, Config, Engine, LogBatch, ReadableSize, RecoveryMode};
 
-use paxsql_paxos::storage::check_chosen_contiguous;
+use paxsql_paxos::storage::{check_chosen_contiguous, read_limit_reached};
 use paxsql_paxos::{Ballot, Instance, RecoveredState, Snapshot, Storage, StorageError, Value, WriteBatch};
 
 use entry::{ChosenEntry, ChosenLog};
@@ -341,7 +341,7 @@ impl Storage for RaftEngineStorage {
         let mut bytes = 0usize;
         let mut next = from;
         let mut buf = Vec::new();
-        while next <= self.last_chosen && !limit_reached(out.len(), bytes, max_entries, max_bytes) {
+        while next <= self.last_chosen && !read_limit_reached(out.len(), bytes, max_entries, max_bytes) {
             // Never read past what may be returned: a damaged entry beyond the limit must not fail this read.
             let wanted = (max_entries - out.len()) as u64;
             let end = (next + READ_CHUNK_ENTRIES.min(wanted)).min(self.last_chosen + 1);
@@ -356,7 +356,7 @@ impl Storage for RaftEngineStorage {
                 )));
             }
             for e in buf.drain(..) {
-                if limit_reached(out.len(), bytes, max_entries, max_bytes) {
+                if read_limit_reached(out.len(), bytes, max_entries, max_bytes) {
                     break;
                 }
                 if e.instance != next {
@@ -378,10 +378,6 @@ impl Storage for RaftEngineStorage {
 
 /// The read limits of [`Storage::chosen`], as `MemStorage` applies them: the entry that passes `max_bytes` is
 /// still returned, and so is a first entry larger than it.
-fn limit_reached(entries: usize, bytes: usize, max_entries: usize, max_bytes: usize) -> bool {
-    entries >= max_entries || (entries > 0 && bytes >= max_bytes)
-}
-
 /// Maps a raft-engine error to the storage error the core understands; `doing` says what we were about.
 fn engine_error(doing: &str, e: raft_engine::Error) -> StorageError {
     use raft_engine::Error as E;

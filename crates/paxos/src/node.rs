@@ -814,17 +814,11 @@ impl PaxosNode {
             self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
             return;
         }
-        let mut entries = Vec::new();
-        let mut bytes = 0;
-        for (i, v) in self.chosen_log.range(from_instance..) {
-            if entries.len() >= self.cfg.catch_up_max_entries
-                || (bytes >= self.cfg.catch_up_max_bytes && !entries.is_empty())
-            {
-                break;
-            }
-            bytes += v.size_bytes();
-            entries.push((*i, v.clone()));
-        }
+        let entries = crate::storage::take_within_limits(
+            self.chosen_log.range(from_instance..),
+            self.cfg.catch_up_max_entries,
+            self.cfg.catch_up_max_bytes,
+        );
         self.send(from, MessageBody::CatchUp { entries, chosen_up_to: self.last_chosen });
     }
 

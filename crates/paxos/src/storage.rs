@@ -86,6 +86,30 @@ pub trait Storage {
     ) -> Result<Vec<(Instance, Value)>, StorageError>;
 }
 
+/// The read limit every reader of the chosen log applies (storage reads and catch-up replies): stop at
+/// `max_entries`, or once `max_bytes` is passed, but always return at least one entry.
+pub fn read_limit_reached(entries: usize, bytes: usize, max_entries: usize, max_bytes: usize) -> bool {
+    entries >= max_entries || (entries > 0 && bytes >= max_bytes)
+}
+
+/// Clones chosen entries from an in-memory log within [`read_limit_reached`].
+pub fn take_within_limits<'a>(
+    log: impl Iterator<Item = (&'a Instance, &'a Value)>,
+    max_entries: usize,
+    max_bytes: usize,
+) -> Vec<(Instance, Value)> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for (i, v) in log {
+        if read_limit_reached(out.len(), bytes, max_entries, max_bytes) {
+            break;
+        }
+        bytes += v.size_bytes();
+        out.push((*i, v.clone()));
+    }
+    out
+}
+
 /// Checks a batch's chosen entries against the log it extends; shared by every implementation.
 pub fn check_chosen_contiguous(last_chosen: Instance, batch: &WriteBatch) -> Result<(), StorageError> {
     let mut expected = match &batch.snapshot {
@@ -210,16 +234,7 @@ impl Storage for MemStorage {
         if from < first {
             return Err(StorageError::Compacted { instance: from, first });
         }
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for (i, v) in self.current.chosen.range(from..) {
-            if out.len() >= max_entries || (bytes >= max_bytes && !out.is_empty()) {
-                break;
-            }
-            bytes += v.size_bytes();
-            out.push((*i, v.clone()));
-        }
-        Ok(out)
+        Ok(take_within_limits(self.current.chosen.range(from..), max_entries, max_bytes))
     }
 }
 
