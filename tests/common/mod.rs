@@ -196,6 +196,28 @@ impl Cluster {
         kill9(pid);
     }
 
+    /// SIGSTOP node `id`'s process (it stops answering its peers, as if its machine froze).
+    pub fn pause_node(&self, id: u64) {
+        let pid = read_pid(&self.node_dir(id).join("node.pid")).expect("node pid");
+        let _ = Command::new("kill").arg("-STOP").arg(pid.to_string()).status();
+    }
+
+    /// SIGCONT node `id`'s process.
+    pub fn resume_node(&self, id: u64) {
+        let pid = read_pid(&self.node_dir(id).join("node.pid")).expect("node pid");
+        let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status();
+    }
+
+    /// Waits until node `id`'s log (after a restart) contains `text`.
+    pub fn wait_log(&self, id: u64, file: &str, text: &str, timeout: Duration) {
+        let path = self.node_dir(id).join(file);
+        let deadline = Instant::now() + timeout;
+        while !std::fs::read_to_string(&path).unwrap_or_default().contains(text) {
+            assert!(Instant::now() < deadline, "node {id}: no `{text}` in {file} within {timeout:?}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Starts node `id`'s process again (as `cluster up` does). A port of the killed process can stay busy for a
     /// moment (seen in CI: "Address already in use"), so a node that exits at once is started again, boundedly.
     pub fn restart_node(&self, id: u64) {

@@ -189,7 +189,8 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          datadir = \"{d}/data\"\n\
          defaults_file = \"{d}/my.cnf\"\n\
          replication_password_file = \"{s}/replication.password\"\n\
-         admin_password_file = \"{s}/admin.password\"\n",
+         admin_password_file = \"{s}/admin.password\"\n\
+         error_log = \"{d}/log/mariadbd.err\"\n",
         id = n.id,
         host = n.host,
         s = s.display(),

@@ -136,6 +136,8 @@ pub struct GlobalLogNode {
     backoff_until: u64,
     peer_progress: BTreeMap<NodeId, u64>,
     progress_override: Option<u64>,
+    /// Whether this member's database can serve as master now (false while it is down or being rebuilt).
+    eligible: bool,
     last_status_sent: Option<u64>,
     /// A copy of the state taken at a snapshot point, used to compact once the log has moved on.
     pending_snapshot: Option<ReplicatedState>,
@@ -183,6 +185,7 @@ impl GlobalLogNode {
             backoff_until: 0,
             peer_progress: BTreeMap::new(),
             progress_override: None,
+            eligible: true,
             last_status_sent: None,
             pending_snapshot: None,
             rng: rng | 1,
@@ -230,6 +233,13 @@ impl GlobalLogNode {
     /// by default the applied instance is used.
     pub fn set_progress(&mut self, progress: u64) {
         self.progress_override = Some(progress);
+    }
+
+    /// Whether this member may stand for master. A member whose database is down, diverged or being rebuilt would
+    /// win a lease it cannot use and keep the cluster without a master for a whole lease; it still votes and
+    /// applies the log.
+    pub fn set_eligible(&mut self, eligible: bool) {
+        self.eligible = eligible;
     }
 
     pub fn tick(&mut self, now: u64) {
@@ -499,7 +509,10 @@ impl GlobalLogNode {
     }
 
     fn may_stand(&self, now: u64) -> bool {
-        if !self.state.membership.contains(self.id()) || now < self.backoff_until || self.paxos.other_proposer_active()
+        if !self.eligible
+            || !self.state.membership.contains(self.id())
+            || now < self.backoff_until
+            || self.paxos.other_proposer_active()
         {
             return false;
         }

@@ -117,6 +117,32 @@ pub struct MariaDbConfig {
     pub admin_user: String,
     /// File holding that account's password (one line).
     pub admin_password_file: PathBuf,
+    /// mariadbd's error log (its `log-error`). The node reads its tail when mariadbd refuses to start, to tell a
+    /// binlog tail MariaDB cannot truncate (a DDL: rebuild) from other failures (retry). Without it such a node
+    /// waits for an operator. Default: none.
+    pub error_log: Option<PathBuf>,
+    /// Rebuild the local database from a healthy member with mariabackup, automatically, when it is no longer a
+    /// prefix of the global log (DESIGN §5). Default true.
+    #[serde(default = "default_true")]
+    pub auto_rebuild: bool,
+    /// The mariabackup binary. Default `/usr/bin/mariabackup`.
+    #[serde(default = "default_mariabackup")]
+    pub mariabackup: PathBuf,
+    /// The mbstream binary (unpacks a streamed copy). Default `/usr/bin/mbstream`.
+    #[serde(default = "default_mbstream")]
+    pub mbstream: PathBuf,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_mariabackup() -> PathBuf {
+    PathBuf::from("/usr/bin/mariabackup")
+}
+
+fn default_mbstream() -> PathBuf {
+    PathBuf::from("/usr/bin/mbstream")
 }
 
 fn default_admin_user() -> String {

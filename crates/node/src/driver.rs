@@ -39,6 +39,8 @@ pub enum Input {
     },
     /// Progress of the local database (candidate preference).
     SetProgress(u64),
+    /// Whether the local database can serve as master (candidacy).
+    SetEligible(bool),
     Resign,
     Shutdown,
 }
@@ -191,6 +193,7 @@ impl Driver {
                 let _ = reply.send(self.node.change_membership(next));
             }
             Input::SetProgress(p) => self.node.set_progress(p),
+            Input::SetEligible(e) => self.node.set_eligible(e),
             Input::Resign => self.node.resign(),
             Input::Shutdown => return false,
         }

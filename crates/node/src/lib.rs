@@ -2,10 +2,12 @@
 //!
 //! [`config`] reads and checks the TOML configuration; [`driver`] runs the global log — the pure
 //! [`paxsql_global_log::GlobalLogNode`] over the raft-engine store and the peer transport — in a tokio task,
-//! doing the disk and network work its outputs ask for, in the order they require.
+//! doing the disk and network work its outputs ask for, in the order they require. [`roles`] keeps the local
+//! mariadbd in the role the log gives it, and [`rebuild`] replaces its data from a healthy member when it diverged.
 
 pub mod config;
 pub mod driver;
 pub mod mariadb;
+pub mod rebuild;
 pub mod roles;
 pub mod runtime;

@@ -18,9 +18,19 @@ pub enum MariaDbError {
     #[error("mariadbd did not accept connections within {secs} s; last error: {last}")]
     NotReady { secs: u64, last: String },
     #[error("mariadbd exited during start with {status}; see its error log")]
-    Exited { status: String },
+    Exited {
+        status: String,
+        /// What mariadbd wrote to its error log during this start (empty when the log is not configured).
+        log: String,
+    },
     #[error("local GTID position {local} is not a prefix of the global log ({reason}); the node does not serve until it is, and a diverged server must be rebuilt from a healthy member")]
-    NotAligned { local: String, reason: String },
+    NotAligned {
+        local: String,
+        reason: String,
+        /// The global log holds other transactions where the local server has its own: certain divergence (as
+        /// opposed to a position the global log has not reached yet).
+        diverged: bool,
+    },
     #[error("SQL `{sql}` failed: {source}")]
     Sql { sql: String, source: mysql_async::Error },
 }
@@ -36,6 +46,11 @@ pub struct LocalMariaDb {
 impl LocalMariaDb {
     pub fn new(cfg: MariaDbConfig, defaults_file: PathBuf, admin_password: String) -> Self {
         LocalMariaDb { cfg, defaults_file, admin_password, child: None }
+    }
+
+    /// Whether the mariadbd this node started is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -66,6 +81,7 @@ impl LocalMariaDb {
     /// Starts mariadbd and waits until the admin account can log in.
     pub async fn start(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
         self.kill_stale();
+        let log_offset = self.cfg.error_log.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
         let mut cmd = Command::new(&self.cfg.mariadbd);
         cmd.arg(format!("--defaults-file={}", self.defaults_file.display()))
             .arg(format!("--pid-file={}", self.pid_file().display()))
@@ -81,7 +97,10 @@ impl LocalMariaDb {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.child = None;
-                    return Err(MariaDbError::Exited { status: status.to_string() });
+                    return Err(MariaDbError::Exited {
+                        status: status.to_string(),
+                        log: self.error_log_since(log_offset),
+                    });
                 }
             }
             match self.conn().await {
@@ -96,6 +115,14 @@ impl LocalMariaDb {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The error log from `offset` on (at most its last 64 KiB).
+    fn error_log_since(&self, offset: u64) -> String {
+        let Some(path) = &self.cfg.error_log else { return String::new() };
+        let Ok(bytes) = std::fs::read(path) else { return String::new() };
+        let start = (offset as usize).min(bytes.len()).max(bytes.len().saturating_sub(64 << 10));
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 
     /// SIGKILL, and wait until the process is gone. Never a clean shutdown (DESIGN §3 hazards).

@@ -16,8 +16,10 @@ use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, Transaction
 use paxsql_repl_server::{EventSource, MemoryEventSource};
 use tokio::sync::{broadcast, oneshot, watch};
 
+use crate::config::MariaDbConfig;
 use crate::driver::{offer, Input, NodeStatus};
 use crate::mariadb::{LocalMariaDb, MariaDbError};
+use crate::rebuild::{self, Donors, RebuildProgress};
 
 /// Feeds the global binlog that replicas are served from; called by the driver for every applied effect.
 pub fn feed_global_binlog(source: Arc<MemoryEventSource>) -> impl FnMut(&Applied) + Send {
@@ -50,6 +52,7 @@ fn split_events(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
 pub struct RoleContext {
     pub node_id: u64,
     pub mariadb: tokio::sync::Mutex<LocalMariaDb>,
+    pub mariadb_config: MariaDbConfig,
     pub socket: std::path::PathBuf,
     pub replication_host: String,
     pub replication_port: u16,
@@ -59,11 +62,57 @@ pub struct RoleContext {
     pub applied: broadcast::Sender<Applied>,
     /// The global binlog as served to replicas: the alignment check looks the local position up in it.
     pub global_binlog: Arc<MemoryEventSource>,
+    /// Where a rebuild gets its copy from.
+    pub donors: Donors,
+    /// What the local database is doing, for status, donors and candidacy.
+    pub local: watch::Sender<LocalRole>,
+}
+
+/// What the local database is doing now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalRole {
+    /// Not running (yet, or it failed to start: the reason).
+    Down(String),
+    /// Running, but its GTID state is not (yet) a prefix of the global log: it serves nothing.
+    NotAligned(String),
+    /// Its data is being replaced by a copy of a healthy member's.
+    Rebuilding(RebuildProgress),
+    /// A read-only replica of the global log.
+    Replica,
+    /// The master of this term.
+    Master(u64),
+}
+
+impl LocalRole {
+    /// One word, for status columns and the `database` status detail.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LocalRole::Down(_) => "down",
+            LocalRole::NotAligned(_) => "not-aligned",
+            LocalRole::Rebuilding(_) => "rebuilding",
+            LocalRole::Replica => "replica",
+            LocalRole::Master(_) => "master",
+        }
+    }
+
+    /// The reason or progress behind the name, if any.
+    pub fn detail(&self) -> String {
+        match self {
+            LocalRole::Down(r) | LocalRole::NotAligned(r) => r.clone(),
+            LocalRole::Rebuilding(p) => p.to_string(),
+            LocalRole::Replica | LocalRole::Master(_) => String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Current {
+    /// mariadbd is not running.
+    Down,
+    /// Running; role not configured yet (the alignment check comes first).
     Unknown,
+    /// Its data must be replaced by a copy of a healthy member's.
+    NeedsRebuild,
     Replica,
     Master(u64),
 }
@@ -71,47 +120,143 @@ enum Current {
 /// Published for the proxy and status: which term (if any) the local mariadbd serves as master.
 pub type ServingTerm = watch::Receiver<Option<u64>>;
 
+/// A promotion that keeps failing this long while the lease is held gives the lease up, so that a member whose
+/// database can serve takes over instead of the cluster staying without a master.
+const PROMOTION_PATIENCE: Duration = Duration::from_secs(3);
+
 /// Runs the role controller until `shutdown` flips.
 pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>, serving: watch::Sender<Option<u64>>) {
-    let mut current = Current::Unknown;
+    let mut current = Current::Down;
     let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
+    let mut eligible = None;
+    let mut promotion_failing_since: Option<std::time::Instant> = None;
     loop {
+        let can_serve = matches!(current, Current::Replica | Current::Master(_));
+        if eligible != Some(can_serve) {
+            eligible = Some(can_serve);
+            offer(&ctx.inbox, Input::SetEligible(can_serve));
+        }
         let st = status.borrow_and_update().clone();
         let capture_failed = capture.as_ref().is_some_and(|(_, failed)| *failed.borrow());
         let want_master = st.holds_lease && st.master_id == ctx.node_id && !capture_failed;
         match (current, want_master) {
+            (Current::Down, _) => current = start_database(&ctx).await,
+            (Current::NeedsRebuild, _) => current = rebuild_database(&ctx).await,
             (Current::Master(v), true) if v == st.master_version => {}
-            (_, true) => {
-                if let Current::Master(_) = current {
-                    demote(&ctx, &mut capture, &serving).await;
-                }
-                match promote(&ctx, &st).await {
-                    Ok(handle) => {
-                        capture = Some(handle);
-                        current = Current::Master(st.master_version);
-                        serving.send_replace(Some(st.master_version));
-                        tracing::info!(master_version = st.master_version, "serving as master");
-                    }
-                    Err(e) => tracing::warn!(error = %e, "promotion not possible yet"),
-                }
-            }
-            (Current::Master(_), false) => {
+            (Current::Master(_), _) => {
                 if capture_failed {
                     tracing::error!("capture stopped on the master: resigning the lease");
                     offer(&ctx.inbox, Input::Resign);
                 }
                 demote(&ctx, &mut capture, &serving).await;
-                current = Current::Unknown;
+                current = Current::Down;
             }
-            (Current::Unknown, false) => match become_replica(&ctx).await {
-                Ok(()) => current = Current::Replica,
-                Err(e) => tracing::warn!(error = %e, "cannot configure the local replica yet"),
+            (Current::Replica, true) => match promote(&ctx, &st).await {
+                Ok(handle) => {
+                    promotion_failing_since = None;
+                    capture = Some(handle);
+                    current = Current::Master(st.master_version);
+                    ctx.local.send_replace(LocalRole::Master(st.master_version));
+                    serving.send_replace(Some(st.master_version));
+                    tracing::info!(master_version = st.master_version, "serving as master");
+                }
+                Err(e) => {
+                    let since = *promotion_failing_since.get_or_insert_with(std::time::Instant::now);
+                    tracing::warn!(error = %e, "promotion not possible yet");
+                    if since.elapsed() >= PROMOTION_PATIENCE {
+                        tracing::error!("cannot promote the local database: resigning the lease");
+                        offer(&ctx.inbox, Input::Resign);
+                        promotion_failing_since = None;
+                    }
+                }
             },
-            (Current::Replica, false) => {}
+            // Alignment comes before any role, also before a promotion right after a restart.
+            (Current::Unknown, _) => match become_replica(&ctx).await {
+                Ok(()) => {
+                    current = Current::Replica;
+                    ctx.local.send_replace(LocalRole::Replica);
+                }
+                Err(MariaDbError::NotAligned { local, reason, diverged: true }) => {
+                    tracing::error!(local = %local, reason = %reason, "the local database diverged from the global log");
+                    current = Current::NeedsRebuild;
+                }
+                Err(e) => {
+                    let what = e.to_string();
+                    if ctx.local.send_if_modified(|r| replace(r, LocalRole::NotAligned(what.clone()))) {
+                        tracing::warn!(error = %what, "the local database cannot serve yet");
+                    }
+                    if !matches!(e, MariaDbError::NotAligned { .. }) && !ctx.mariadb.lock().await.is_running() {
+                        current = Current::Down;
+                    }
+                }
+            },
+            (Current::Replica, false) => {
+                if !ctx.mariadb.lock().await.is_running() {
+                    tracing::error!("mariadbd is gone; restarting it in recovery mode");
+                    current = Current::Down;
+                }
+            }
+        }
+        if matches!(current, Current::Down | Current::NeedsRebuild | Current::Unknown) {
+            promotion_failing_since = None;
         }
         tokio::select! {
             r = status.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+fn replace(slot: &mut LocalRole, next: LocalRole) -> bool {
+    let changed = *slot != next;
+    *slot = next;
+    changed
+}
+
+/// Starts mariadbd (always in recovery mode, which truncates an un-ACKed binlog tail). MariaDB refuses to truncate
+/// a tail holding a DDL (DESIGN §5): that data must be rebuilt.
+async fn start_database(ctx: &Arc<RoleContext>) -> Current {
+    let mut db = ctx.mariadb.lock().await;
+    match db.start(Duration::from_secs(120)).await {
+        Ok(()) => Current::Unknown,
+        Err(MariaDbError::Exited { status, log }) if log.contains("Cannot truncate the binary log") => {
+            tracing::error!(%status, "mariadbd cannot truncate its binlog tail (a DDL never reached the global log)");
+            Current::NeedsRebuild
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "mariadbd did not start; retrying");
+            ctx.local.send_replace(LocalRole::Down(e.to_string()));
+            drop(db);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            Current::Down
+        }
+    }
+}
+
+async fn rebuild_database(ctx: &Arc<RoleContext>) -> Current {
+    if !ctx.mariadb_config.auto_rebuild {
+        let why = "its data is not a prefix of the global log and must be rebuilt (auto_rebuild = false)";
+        if ctx.local.send_if_modified(|r| replace(r, LocalRole::Down(why.into()))) {
+            tracing::error!("the local database {why}: waiting for an operator");
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        return Current::NeedsRebuild;
+    }
+    let local = ctx.local.clone();
+    let report = move |p: RebuildProgress| {
+        local.send_replace(LocalRole::Rebuilding(p));
+    };
+    let result = {
+        let mut db = ctx.mariadb.lock().await;
+        rebuild::rebuild(&ctx.mariadb_config, &ctx.donors, &mut db, &report).await
+    };
+    match result {
+        Ok(()) => Current::Unknown,
+        Err(e) => {
+            tracing::error!(error = %e, "rebuild failed; retrying");
+            ctx.local.send_replace(LocalRole::Down(format!("rebuild failed: {e}")));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Current::NeedsRebuild
         }
     }
 }
@@ -155,18 +300,15 @@ async fn demote(
     serving: &watch::Sender<Option<u64>>,
 ) {
     // Stop routing first, then the capture, then SIGKILL: a clean shutdown would commit waiting transactions
-    // without their ACK, and so would killing their sessions (DESIGN §3). The restart rolls back and truncates
-    // whatever never reached the global log (init-rpl-role=SLAVE).
+    // without their ACK, and so would killing their sessions (DESIGN §3). The restart (next round of the role
+    // controller) rolls back and truncates whatever never reached the global log (init-rpl-role=SLAVE).
     serving.send_replace(None);
     if let Some((handle, _)) = capture.take() {
         handle.abort();
     }
-    let mut db = ctx.mariadb.lock().await;
-    db.kill9();
-    if let Err(e) = db.start(Duration::from_secs(120)).await {
-        tracing::error!(error = %e, "mariadbd did not come back after demotion");
-    }
-    tracing::warn!("demoted: mariadbd restarted in recovery mode");
+    ctx.mariadb.lock().await.kill9();
+    ctx.local.send_replace(LocalRole::Down("demoted: restarting in recovery mode".into()));
+    tracing::warn!("demoted: mariadbd killed; it restarts in recovery mode");
 }
 
 async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
@@ -177,7 +319,8 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     let local = db.query_string("SELECT @@GLOBAL.gtid_binlog_pos").await?;
     let position: GtidSet = local.parse().unwrap_or_default();
     if let Err(e) = ctx.global_binlog.locate(&position) {
-        return Err(MariaDbError::NotAligned { local, reason: e.to_string() });
+        let diverged = matches!(e, paxsql_repl_server::Error::ReplicaDiverged { .. });
+        return Err(MariaDbError::NotAligned { local, reason: e.to_string(), diverged });
     }
     let pw = ctx.replication_password.replace('\'', "''");
     db.exec(&[

@@ -11,7 +11,7 @@ use std::time::Duration;
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
 use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
-use paxsql_peer_transport::pb::{StatusReply, StatusRequest};
+use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, StatusReply, StatusRequest};
 use paxsql_peer_transport::{ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
 use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
 use serde::Serialize;
@@ -20,7 +20,8 @@ use tokio::sync::watch;
 use crate::config::NodeConfig;
 use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
-use crate::roles::{self, RoleContext};
+use crate::rebuild::{BackupDonor, Donors};
+use crate::roles::{self, LocalRole, RoleContext};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -60,6 +61,10 @@ struct StatusFile<'a> {
     applied_instance: u64,
     global_last_gtid: &'a str,
     members: &'a [u64],
+    /// What the local database is doing: down, not-aligned, rebuilding, replica, master.
+    database: &'a str,
+    /// Why, or how far (a rebuild's progress).
+    database_detail: String,
     mariadbd_pid: Option<u32>,
     node_pid: u32,
 }
@@ -82,8 +87,9 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     // The admin status service shares the peer port and its cluster authentication.
     let (admin_status_tx, admin_status) = watch::channel(StatusReply::default());
     let auth = ClusterAuth::new(&cfg.cluster_id, &tcfg.cluster_secret)?;
-    let routes =
-        tonic::service::Routes::new(AdminServer::with_interceptor(AdminStatus(admin_status), auth.interceptor()));
+    let (admin_donor, donor_slot) = watch::channel(None);
+    let admin_service = AdminService { status: admin_status, donor: donor_slot };
+    let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
     let (peer_server, mut peer_rx) = PeerServer::bind_with_routes(cfg.listen.peer, &tcfg, Some(routes)).await?;
     let mut client = PeerClient::new(&tcfg)?;
     for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
@@ -118,15 +124,19 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let repl_port = repl_server.local_addr().port();
     let repl_task = tokio::spawn(repl_server.run(shutdown.clone()));
 
-    // mariadbd, always (re)started in recovery mode.
+    // mariadbd: the role controller starts it, always in recovery mode (killed first if a previous process left one
+    // running: only a recovery restart may bring it back, DESIGN §5).
     let defaults_file = cfg.mariadb.defaults_file.clone().unwrap_or_else(|| cfg.data_dir.join("my.cnf"));
-    let mut db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file, admin_password);
-    db.start(Duration::from_secs(120)).await?;
+    let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone());
+    let (local_tx, local_role) = watch::channel(LocalRole::Down("starting".into()));
+    let donor = Arc::new(BackupDonor::new(cfg.mariadb.clone(), defaults_file, admin_password, cfg.data_dir.clone()));
+    admin_donor.send_replace(Some((donor, local_role.clone())));
 
     let (serving_tx, serving) = watch::channel(None);
     let ctx = Arc::new(RoleContext {
         node_id: cfg.node_id,
         mariadb: tokio::sync::Mutex::new(db),
+        mariadb_config: cfg.mariadb.clone(),
         socket: cfg.mariadb.socket.clone(),
         replication_host: repl_addr.ip().to_string(),
         replication_port: repl_port,
@@ -135,6 +145,12 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         inbox: inbox.clone(),
         applied: handle.applied.clone(),
         global_binlog: source.clone(),
+        donors: Donors {
+            node_id: cfg.node_id,
+            members: cfg.members.iter().map(|m| (m.id, format!("http://{}", m.peer))).collect(),
+            auth: auth.clone(),
+        },
+        local: local_tx,
     });
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
@@ -176,13 +192,37 @@ struct Endpoints {
     members: Vec<(u64, String)>,
 }
 
-/// `Admin.Status`: the latest status, as published below.
-struct AdminStatus(watch::Receiver<StatusReply>);
+/// The admin service on the peer port: `Status` (the latest status, as published below) and `Backup` (a copy of
+/// the local database for a member being rebuilt, only while the local database is an aligned replica).
+struct AdminService {
+    status: watch::Receiver<StatusReply>,
+    donor: watch::Receiver<Option<(Arc<BackupDonor>, watch::Receiver<LocalRole>)>>,
+}
 
 #[tonic::async_trait]
-impl Admin for AdminStatus {
+impl Admin for AdminService {
     async fn status(&self, _: tonic::Request<StatusRequest>) -> Result<tonic::Response<StatusReply>, tonic::Status> {
-        Ok(tonic::Response::new(self.0.borrow().clone()))
+        Ok(tonic::Response::new(self.status.borrow().clone()))
+    }
+
+    type BackupStream = tokio_stream::wrappers::ReceiverStream<Result<BackupChunk, tonic::Status>>;
+
+    async fn backup(
+        &self,
+        request: tonic::Request<BackupRequest>,
+    ) -> Result<tonic::Response<Self::BackupStream>, tonic::Status> {
+        let Some((donor, local)) = self.donor.borrow().clone() else {
+            return Err(tonic::Status::unavailable("this node is still starting"));
+        };
+        let role = local.borrow().clone();
+        if role != LocalRole::Replica {
+            return Err(tonic::Status::failed_precondition(format!(
+                "only an aligned replica gives copies; this node's database is {}",
+                role.name()
+            )));
+        }
+        let rx = donor.start(request.into_inner().requester)?;
+        Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 }
 
@@ -196,17 +236,22 @@ async fn publish_status(
     admin: watch::Sender<StatusReply>,
     endpoints: Endpoints,
 ) {
+    let mut last_pid = None;
     loop {
         let st = status.borrow().clone();
-        let db = ctx.mariadb.lock().await;
-        let pid = db.pid();
+        let local_role = ctx.local.borrow().clone();
+        let mut pid = last_pid;
         let mut local_seq = None;
-        if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
-            let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
-            local_seq = Some(seq);
-            offer(&ctx.inbox, Input::SetProgress(seq));
+        // A rebuild or a start holds the database for a long time: report without it meanwhile.
+        if let Ok(db) = ctx.mariadb.try_lock() {
+            pid = db.pid();
+            last_pid = pid;
+            if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
+                let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
+                local_seq = Some(seq);
+                offer(&ctx.inbox, Input::SetProgress(seq));
+            }
         }
-        drop(db);
         let serving_master = serving.borrow().is_some();
         let mut details = std::collections::HashMap::new();
         details.insert("mariadb".to_string(), format!("{}:{}", endpoints.host, endpoints.mariadb_port));
@@ -215,6 +260,11 @@ async fn publish_status(
         details.insert("node_pid".to_string(), std::process::id().to_string());
         details.insert("mariadbd_pid".to_string(), pid.map(|p| p.to_string()).unwrap_or_default());
         details.insert("serving_as_master".to_string(), serving_master.to_string());
+        details.insert("database".to_string(), local_role.name().to_string());
+        let why = local_role.detail();
+        if !why.is_empty() {
+            details.insert("database_detail".to_string(), why);
+        }
         if let (Some(local), Some(global)) = (local_seq, st.last_seq) {
             details.insert("lag_transactions".to_string(), global.saturating_sub(local).to_string());
         }
@@ -249,6 +299,8 @@ async fn publish_status(
             applied_instance: st.applied,
             global_last_gtid: &st.last_gtid,
             members: &st.members,
+            database: local_role.name(),
+            database_detail: local_role.detail(),
             mariadbd_pid: pid,
             node_pid: std::process::id(),
         };

@@ -430,6 +430,13 @@ async fn admin_service_shares_the_port_and_the_authentication() {
         ) -> Result<tonic::Response<pb::StatusReply>, tonic::Status> {
             Ok(tonic::Response::new(pb::StatusReply { node_id: 1, role: "replica".into(), ..Default::default() }))
         }
+        type BackupStream = futures_util::stream::Empty<Result<pb::BackupChunk, tonic::Status>>;
+        async fn backup(
+            &self,
+            _: tonic::Request<pb::BackupRequest>,
+        ) -> Result<tonic::Response<Self::BackupStream>, tonic::Status> {
+            Err(tonic::Status::failed_precondition("no copy here"))
+        }
     }
     let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
     let routes =
