@@ -11,7 +11,7 @@ use common::{cli, init_tracing, opts_at, phase, wait_until, Ports, RunningProxy}
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable as _;
 use paxsql_mariadb_testkit::mysql_async::{self, Conn};
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions, ROOT_PASSWORD};
-use paxsql_proxy::{ProxyConfig, Route};
+use paxsql_proxy::{ForwardMode, ProxyConfig, Route};
 use tokio::io::AsyncReadExt as _;
 
 static PORTS: Ports = Ports::new(31000);
@@ -170,11 +170,17 @@ async fn rw_port_holds_refuses_forwards_and_cuts() -> anyhow::Result<()> {
 async fn max_connections_refused_with_err_1040() -> anyhow::Result<()> {
     init_tracing();
     let db = tokio::task::spawn_blocking(|| MariaDb::start(MariaDbOptions::standalone(3))).await??;
-    let cfg = ProxyConfig { rw_listen: Some(PORTS.next()), max_connections: 1, ..ProxyConfig::default() };
+    // The other forwarding mode than the default, so both are exercised against MariaDB.
+    let cfg = ProxyConfig {
+        rw_listen: Some(PORTS.next()),
+        max_connections: 1,
+        forward_mode: ForwardMode::Copy,
+        ..ProxyConfig::default()
+    };
     let proxy = RunningProxy::start(cfg, master(3, 1, &db)).await?;
     let root = opts_at(proxy.rw.context("rw")?, "root", ROOT_PASSWORD);
 
-    phase("one connection fits; the second gets ERR 1040 at once; after the first closes, a new one fits");
+    phase("copy mode: one connection fits; the second gets ERR 1040 at once; after the first closes, a new one fits");
     let mut first = Conn::new(root.clone()).await?;
     ensure!(server_id_of(&mut first).await? == 3);
     let err = server_error(Conn::new(root.clone()).await)?;
