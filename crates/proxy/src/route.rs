@@ -1,0 +1,19 @@
+use std::net::SocketAddr;
+
+/// Where writes go now. The node publishes it through a `tokio::sync::watch` channel; the proxy reads only this.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// A master holds a valid lease: RW connections go to its mariadbd. A connection forwarded under one
+    /// `Master` value is cut as soon as the published value differs in any field.
+    Master { node_id: u64, master_version: u64, addr: SocketAddr },
+    /// No master is known now; `reason` is for humans ("election in progress", "this node is in a minority")
+    /// and reaches clients in the ERR packet.
+    NoMaster { reason: String },
+}
+
+impl Route {
+    /// What a node publishes before it knows anything.
+    pub fn no_master(reason: impl Into<String>) -> Self {
+        Route::NoMaster { reason: reason.into() }
+    }
+}

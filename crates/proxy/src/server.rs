@@ -1,0 +1,306 @@
+//! The listeners and the per-connection handlers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
+use tracing::{debug, info, info_span, warn, Instrument as _};
+
+use crate::forward::{abort, connect_backend, forward};
+use crate::wire::{ErrPacket, ProxyHeader};
+use crate::{ProxyConfig, ProxyError, ProxyStats, Route};
+
+/// After shutdown, how long `run` waits for connection tasks to close their sockets.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
+/// Bound on writing an ERR packet to a client that does not read.
+const ERR_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Backoff after a failed `accept` (EMFILE and the like), so the loop does not spin.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A bound proxy: listeners open, not serving yet. Call [`Proxy::run`].
+#[derive(Debug)]
+pub struct Proxy {
+    cfg: ProxyConfig,
+    rw: Option<TcpListener>,
+    ro: Option<TcpListener>,
+    routes: watch::Receiver<Route>,
+    stats: Arc<ProxyStats>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Port {
+    ReadWrite,
+    ReadOnly,
+}
+
+impl Port {
+    fn name(self) -> &'static str {
+        match self {
+            Port::ReadWrite => "rw",
+            Port::ReadOnly => "ro",
+        }
+    }
+}
+
+/// What every connection task shares.
+struct Shared {
+    cfg: ProxyConfig,
+    stats: Arc<ProxyStats>,
+    routes: watch::Receiver<Route>,
+    shutdown: watch::Receiver<bool>,
+    /// One permit per open connection; `run` takes them all back to know every task is gone.
+    slots: Arc<Semaphore>,
+    next_conn_id: AtomicU64,
+}
+
+impl Proxy {
+    /// Validates `cfg` and opens the configured listeners (port 0 picks a free port: see [`Proxy::rw_addr`]).
+    pub async fn bind(cfg: ProxyConfig, routes: watch::Receiver<Route>) -> Result<Proxy, ProxyError> {
+        cfg.validate()?;
+        let rw = match cfg.rw_listen {
+            Some(addr) => Some(listen(addr).await?),
+            None => None,
+        };
+        let ro = match cfg.ro_listen {
+            Some(addr) => Some(listen(addr).await?),
+            None => None,
+        };
+        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default() })
+    }
+
+    /// The bound read-write address.
+    pub fn rw_addr(&self) -> Option<SocketAddr> {
+        self.rw.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The bound read-only address.
+    pub fn ro_addr(&self) -> Option<SocketAddr> {
+        self.ro.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The counters; stays valid after `run` returns.
+    pub fn stats(&self) -> Arc<ProxyStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Serves until `shutdown` becomes `true` (or its sender is dropped). Then stops accepting, closes every
+    /// connection, and returns once their tasks are gone (bounded by 5 s).
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), ProxyError> {
+        let max = self.cfg.max_connections;
+        let shared = Arc::new(Shared {
+            cfg: self.cfg,
+            stats: self.stats,
+            routes: self.routes,
+            shutdown: shutdown.clone(),
+            slots: Arc::new(Semaphore::new(max)),
+            next_conn_id: AtomicU64::new(1),
+        });
+        info!(rw = ?self.rw.as_ref().and_then(|l| l.local_addr().ok()),
+              ro = ?self.ro.as_ref().and_then(|l| l.local_addr().ok()), "proxy serving");
+        tokio::join!(
+            accept_loop(self.rw, Port::ReadWrite, Arc::clone(&shared)),
+            accept_loop(self.ro, Port::ReadOnly, Arc::clone(&shared)),
+        );
+        // Every task watches `shutdown` too; wait until they have all given their slot back.
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        if tokio::time::timeout(SHUTDOWN_DRAIN, shared.slots.acquire_many(all)).await.is_err() {
+            warn!(active = shared.stats.snapshot().active, "proxy connections still closing after shutdown");
+        }
+        info!("proxy stopped");
+        Ok(())
+    }
+}
+
+async fn listen(addr: SocketAddr) -> Result<TcpListener, ProxyError> {
+    TcpListener::bind(addr).await.map_err(|source| ProxyError::Bind { addr, source })
+}
+
+/// Resolves when shutdown is asked for (or nobody can ask any more).
+async fn shutdown_requested(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+async fn accept_loop(listener: Option<TcpListener>, port: Port, shared: Arc<Shared>) {
+    let Some(listener) = listener else { return };
+    let stop = shutdown_requested(shared.shutdown.clone());
+    tokio::pin!(stop);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (client, peer) = match accepted {
+            Ok(pair) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                pair
+            }
+            Err(e) => {
+                warn!(port = port.name(), error = %e, "accept failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
+            shared.stats.refused_max_connections();
+            // A fresh socket's send buffer takes the few bytes at once; never wait on a client here.
+            let _ = client.try_write(&ErrPacket::too_many_connections().encode(0));
+            continue;
+        };
+        let id = shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
+        let span = info_span!("proxy_conn", id, port = port.name(), %peer);
+        let shared = Arc::clone(&shared);
+        tokio::spawn(
+            async move {
+                let _slot = slot;
+                let _active = shared.stats.accepted();
+                // Queries and results are small packets; Nagle would hold them back.
+                let _ = client.set_nodelay(true);
+                match port {
+                    Port::ReadWrite => serve_read_write(&shared, client, peer).await,
+                    Port::ReadOnly => serve_read_only(&shared, client, peer).await,
+                }
+            }
+            .instrument(span),
+        );
+    }
+}
+
+fn proxy_header(shared: &Shared, client: &TcpStream, peer: SocketAddr) -> Option<ProxyHeader> {
+    let destination = client.local_addr().ok()?;
+    shared.cfg.proxy_protocol.then_some(ProxyHeader { source: peer, destination })
+}
+
+/// Sends `err` in place of the server greeting and closes. The client may be gone already: nothing to do then.
+async fn refuse(mut client: TcpStream, err: ErrPacket) {
+    use tokio::io::AsyncWriteExt as _;
+    debug!(code = err.code, message = %err.message, "refusing client");
+    let _ = tokio::time::timeout(ERR_WRITE_TIMEOUT, async {
+        client.write_all(&err.encode(0)).await?;
+        client.shutdown().await
+    })
+    .await;
+}
+
+/// RW port: find a master (waiting up to the hold time), connect, forward until the route moves away.
+async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) {
+    let mut routes = shared.routes.clone();
+    let deadline = Instant::now() + shared.cfg.hold_during_election;
+    let shutdown = shutdown_requested(shared.shutdown.clone());
+    tokio::pin!(shutdown);
+    let (target, node_id, master_version, mut server) = loop {
+        let route = routes.borrow_and_update().clone();
+        match route {
+            Route::Master { addr, node_id, master_version } => {
+                let header = proxy_header(shared, &client, peer);
+                let connected = tokio::select! {
+                    _ = &mut shutdown => return,
+                    connected = connect_backend(addr, shared.cfg.connect_timeout, header) => connected,
+                };
+                let server = match connected {
+                    Ok(server) => server,
+                    Err(e) => {
+                        warn!(node_id, master_version, error = %e, "master unreachable");
+                        shared.stats.refused_backend_unreachable();
+                        refuse(client, ErrPacket::connection_failure(format!("paxsql: master unreachable: {e}"))).await;
+                        return;
+                    }
+                };
+                // The master may have changed while we connected: never hand the client a stale one.
+                if *routes.borrow() == route {
+                    break (route, node_id, master_version, server);
+                }
+                abort(server);
+                if Instant::now() >= deadline {
+                    shared.stats.refused_no_master();
+                    refuse(client, ErrPacket::connection_failure("paxsql: no master: master changed while connecting"))
+                        .await;
+                    return;
+                }
+            }
+            Route::NoMaster { reason } => {
+                let changed = tokio::select! {
+                    _ = &mut shutdown => return,
+                    changed = tokio::time::timeout_at(deadline, routes.changed()) => changed,
+                };
+                let reason = match changed {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(_)) => "the node stopped publishing routes".to_string(),
+                    Err(_) => reason,
+                };
+                shared.stats.refused_no_master();
+                info!(%reason, "no master within the hold time");
+                refuse(client, ErrPacket::connection_failure(format!("paxsql: no master: {reason}"))).await;
+                return;
+            }
+        }
+    };
+    debug!(node_id, master_version, "forwarding to master");
+
+    let moved_away = async {
+        loop {
+            if routes.changed().await.is_err() {
+                return "the node stopped publishing routes";
+            }
+            if *routes.borrow_and_update() != target {
+                return "the master changed";
+            }
+        }
+    };
+    let mut client = client;
+    let outcome = tokio::select! {
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode) => Some(done),
+        why = moved_away => {
+            shared.stats.cut_on_master_change();
+            info!(node_id, master_version, why, "cutting connection to a former master");
+            None
+        }
+        _ = &mut shutdown => None,
+    };
+    match outcome {
+        Some(done) => finished(shared, done),
+        None => abort(server),
+    }
+}
+
+/// RO port: forward to the local mariadbd (whose own `read_only` answers writes).
+async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
+    let backend = shared.cfg.local_backend;
+    let header = proxy_header(shared, &client, peer);
+    let shutdown = shutdown_requested(shared.shutdown.clone());
+    tokio::pin!(shutdown);
+    let connected = tokio::select! {
+        _ = &mut shutdown => return,
+        connected = connect_backend(backend, shared.cfg.connect_timeout, header) => connected,
+    };
+    let mut server = match connected {
+        Ok(server) => server,
+        Err(e) => {
+            warn!(error = %e, "local mariadbd unreachable");
+            shared.stats.refused_backend_unreachable();
+            refuse(client, ErrPacket::connection_failure(format!("paxsql: local server unreachable: {e}"))).await;
+            return;
+        }
+    };
+    let outcome = tokio::select! {
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode) => Some(done),
+        _ = &mut shutdown => None,
+    };
+    if let Some(done) = outcome {
+        finished(shared, done);
+    }
+}
+
+fn finished(shared: &Shared, done: crate::forward::Forwarded) {
+    shared.stats.forwarded(done.client_to_server, done.server_to_client);
+    match done.error {
+        None => debug!(c2s = done.client_to_server, s2c = done.server_to_client, "connection closed"),
+        Some(e) => debug!(c2s = done.client_to_server, s2c = done.server_to_client, error = %e, "connection ended"),
+    }
+}
