@@ -2,6 +2,7 @@
 
 mod cluster;
 mod status;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +39,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Follow the cluster's master and publish it to files, commands or webhooks (a naming-service updater).
+    Watch {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only read and check the configuration (and the secret file), then exit.
+        #[arg(long)]
+        check_config: bool,
+    },
     /// Manage a local cluster in one directory.
     Cluster {
         #[command(subcommand)]
@@ -50,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Node { config, check_config } => run_node(config, check_config),
         Command::Cluster { command } => cluster::run(command),
+        Command::Watch { config, check_config } => watch::run(&config, check_config),
         Command::Status { peers, cluster_id, secret_file, json } => {
             status::run(&peers, &cluster_id, &secret_file, json)
         }
