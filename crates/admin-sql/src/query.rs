@@ -223,7 +223,7 @@ fn system_variable(name: &str, view: &ClusterView, session: &SessionInfo) -> Opt
     match name {
         "version_comment" => Some(Cell::Text(format!("paxsql admin port of node {}", view.node_id))),
         "version" => text(&session.server_version),
-        "max_allowed_packet" => Some(Cell::Int(16 << 20)),
+        "max_allowed_packet" => Some(Cell::Int(crate::server::COMMAND_PACKET_MAX as u64)),
         "wait_timeout" | "interactive_timeout" => Some(Cell::Int(28_800)),
         "net_read_timeout" => Some(Cell::Int(30)),
         "net_write_timeout" => Some(Cell::Int(60)),

@@ -16,7 +16,7 @@ use opensrv_mysql::{
     AsyncMysqlIntermediary, AsyncMysqlShim, Column, ColumnFlags, ColumnType, ErrorKind, InitWriter, OkResponse,
     ParamParser, QueryResultWriter, StatementMetaWriter,
 };
-use paxsql_repl_server::packet::{decode_packet, err_payload, write_packet};
+use paxsql_repl_server::packet::{caps, decode_packet, eof_payload, err_payload, write_packet};
 use paxsql_repl_server::{stage2, verify, SCRAMBLE_LEN};
 use rand::Rng;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -221,28 +221,99 @@ async fn serve_connection(
         &mut session_rd,
         &mut session_wr,
     );
-    let logged_in = tokio::select! {
+    let capabilities = tokio::select! {
         r = tokio::time::timeout(LOGIN_TIMEOUT, login) => match r {
             Ok(r) => r?,
             Err(_) => return Err(AdminError::LoginTimeout { seconds: LOGIN_TIMEOUT.as_secs() }),
         },
         _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
     };
-    if !logged_in {
-        return Ok(());
-    }
-    // Whatever the client sent right behind its login belongs to the command loop.
-    session_wr.write_all(&client_buf).await?;
+    let Some(capabilities) = capabilities else { return Ok(()) };
+    let client_wr = tokio::sync::Mutex::new(client_wr);
+    let to_client = async {
+        let mut chunk = vec![0u8; 16 << 10];
+        loop {
+            let n = session_rd.read(&mut chunk).await?;
+            if n == 0 {
+                return Ok::<(), AdminError>(());
+            }
+            client_wr.lock().await.write_all(&chunk[..n]).await?;
+        }
+    };
+    let to_session = commands_to_session(&mut client_rd, &client_wr, client_buf, &mut session_wr, capabilities);
     tokio::select! {
-        r = tokio::io::copy(&mut client_rd, &mut session_wr) => { r?; }
-        r = tokio::io::copy(&mut session_rd, &mut client_wr) => { r?; }
-        _ = shutdown.wait_for(|stop| *stop) => {}
+        r = to_client => r,
+        r = to_session => r,
+        _ = shutdown.wait_for(|stop| *stop) => Ok(()),
     }
-    Ok(())
+}
+
+/// Commands opensrv-mysql answers correctly. It answers every other command byte with OK (DESIGN §7), which
+/// would tell a client that, say, COM_CHANGE_USER succeeded; those are answered here instead.
+const FORWARDED_COMMANDS: &[u8] = &[
+    0x01, // COM_QUIT
+    0x02, // COM_INIT_DB
+    0x03, // COM_QUERY
+    0x0E, // COM_PING
+    0x16, // COM_STMT_PREPARE (answered with an error)
+    0x17, // COM_STMT_EXECUTE (answered with an error)
+    0x18, // COM_STMT_SEND_LONG_DATA (no answer)
+    0x19, // COM_STMT_CLOSE (no answer)
+    0x1B, // COM_SET_OPTION (OK; multi-statements then still get the unsupported-query error)
+    0x1F, // COM_RESET_CONNECTION (OK; connectors' pools send it)
+];
+const COM_FIELD_LIST: u8 = 0x04;
+const COM_STATISTICS: u8 = 0x09;
+/// Largest command we accept after login; no admin statement comes near it.
+pub(crate) const COMMAND_PACKET_MAX: usize = 1 << 20;
+
+/// Reads the client's commands packet by packet: forwards the ones opensrv handles and answers the rest here
+/// (through the same lock-guarded writer the command loop's answers go through, so packets never interleave).
+async fn commands_to_session<CR, CW, SW>(
+    client_rd: &mut CR,
+    client_wr: &tokio::sync::Mutex<CW>,
+    mut client_buf: Vec<u8>,
+    session_wr: &mut SW,
+    capabilities: u32,
+) -> Result<(), AdminError>
+where
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
+    SW: AsyncWrite + Unpin,
+{
+    let mut out = Vec::new();
+    loop {
+        let Some((seq, payload)) = read_packet(client_rd, &mut client_buf, COMMAND_PACKET_MAX).await? else {
+            return Ok(());
+        };
+        out.clear();
+        let mut s = seq;
+        let Some(&command) = payload.first() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty command packet").into());
+        };
+        if FORWARDED_COMMANDS.contains(&command) {
+            write_packet(&mut out, &mut s, &[&payload]);
+            session_wr.write_all(&out).await?;
+            continue;
+        }
+        s = seq.wrapping_add(1);
+        let answer = match command {
+            // The `mariadb` CLI lists every table's columns for name completion when started with a database
+            // (opensrv's answer to this makes it hang). An empty list: completion of table names still works.
+            COM_FIELD_LIST if capabilities & caps::DEPRECATE_EOF != 0 => vec![0xFE, 0, 0, 0x02, 0, 0, 0],
+            COM_FIELD_LIST => eof_payload(),
+            // `mariadb-admin status` and the CLI's `status` command show this string.
+            COM_STATISTICS => b"paxsql admin port: try SHOW STATUS".to_vec(),
+            _ => err_payload(1047, "08S01", "Unknown command"),
+        };
+        write_packet(&mut out, &mut s, &[&answer]);
+        client_wr.lock().await.write_all(&out).await?;
+    }
 }
 
 /// Runs the login: forwards the greeting, checks the client's password (with an auth switch if the client started
-/// with another plugin), and on success hands opensrv the verified login and forwards its answer. `Ok(false)`: the
+/// with another plugin), and on success hands opensrv the verified login and forwards its answer. Returns the
+/// client's capability flags once it is logged in; `Ok(None)`: the
 /// client was refused (and told why) or left.
 #[allow(clippy::too_many_arguments)]
 async fn log_in<CR, CW, SR, SW>(
@@ -255,7 +326,7 @@ async fn log_in<CR, CW, SR, SW>(
     client_buf: &mut Vec<u8>,
     session_rd: &mut SR,
     session_wr: &mut SW,
-) -> Result<bool, AdminError>
+) -> Result<Option<u32>, AdminError>
 where
     CR: AsyncRead + Unpin,
     CW: AsyncWrite + Unpin,
@@ -270,7 +341,7 @@ where
     write_packet(&mut out, &mut s, &[&greeting]);
     client_wr.write_all(&out).await?;
 
-    let Some((seq, payload)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(false) };
+    let Some((seq, payload)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(None) };
     let mut next_seq = seq.wrapping_add(1);
     let login = match LoginRequest::decode(&payload)? {
         FirstPacket::Login(login) => login,
@@ -280,7 +351,7 @@ where
         }
         FirstPacket::Protocol320 => {
             refuse(client_wr, next_seq, 1043, "08S01", "Bad handshake: protocol 4.1 required").await?;
-            return Ok(false);
+            return Ok(None);
         }
     };
     let token = if login.needs_auth_switch() {
@@ -288,7 +359,7 @@ where
         let mut s = next_seq;
         write_packet(&mut out, &mut s, &[&auth_switch_request(&salt)]);
         client_wr.write_all(&out).await?;
-        let Some((seq, token)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(false) };
+        let Some((seq, token)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(None) };
         next_seq = seq.wrapping_add(1);
         token
     } else {
@@ -302,7 +373,7 @@ where
         let using = if token.is_empty() { "NO" } else { "YES" };
         let message = format!("Access denied for user '{user}'@'{}' (using password: {using})", peer.ip());
         refuse(client_wr, next_seq, 1045, "28000", &message).await?;
-        return Ok(false);
+        return Ok(None);
     }
 
     out.clear();
@@ -316,10 +387,10 @@ where
     client_wr.write_all(&out).await?;
     if answer.first() == Some(&0xFF) {
         // The database the client asked for does not exist; MariaDB ends such a login too.
-        return Ok(false);
+        return Ok(None);
     }
     info!(conn = id, %user, %peer, "admin login");
-    Ok(true)
+    Ok(Some(login.capabilities))
 }
 
 async fn refuse<W: AsyncWrite + Unpin>(

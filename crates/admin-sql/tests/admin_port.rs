@@ -137,8 +137,8 @@ async fn mysql_async_reads_the_view_and_sees_it_change() -> Result<()> {
     assert_eq!(members.len(), 2);
     let columns: Vec<String> = members[0].columns_ref().iter().map(|c| c.name_str().into_owned()).collect();
     assert_eq!(columns, ["node_id", "peer", "mariadb", "proxy_rw", "proxy_ro", "admin", "role", "reachable"]);
-    let first: (u64, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, u8) =
-        mysql_async::from_row(members[0].clone());
+    type MemberRow = (u64, String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, u8);
+    let first: MemberRow = mysql_async::from_row(members[0].clone());
     assert_eq!(
         first,
         (
@@ -287,7 +287,7 @@ async fn mariadb_cli_batch_and_interactive() -> Result<()> {
     assert!(err.contains("ERROR 1064") && err.contains("unsupported query, try"), "{err}");
 
     eprintln!("phase: interactive mariadb under a pseudo-terminal (connect probes, banner, \\s, queries, quit)");
-    let command = format!("mariadb -h127.0.0.1 -P{} -u{USER} -p{PASSWORD} --skip-pager", server.addr.port());
+    let command = format!("mariadb -h127.0.0.1 -P{} -u{USER} -p{PASSWORD} -D paxsql --skip-pager", server.addr.port());
     let mut child = tokio::process::Command::new("script")
         .args(["-q", "-e", "-c", &command, "/dev/null"])
         .stdin(Stdio::piped())
@@ -297,11 +297,12 @@ async fn mariadb_cli_batch_and_interactive() -> Result<()> {
         .spawn()
         .context("script (util-linux) is needed for the interactive test")?;
     let mut stdin = child.stdin.take().context("stdin")?;
-    stdin.write_all(b"SELECT * FROM paxsql.master;\nstatus\nSHOW STATUS LIKE 'members%';\nquit\n").await?;
+    stdin.write_all(b"SELECT * FROM master;\nstatus\nSHOW STATUS LIKE 'members%';\nquit\n").await?;
     let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
         .await
         .context("interactive mariadb did not finish in 20 s")??;
     let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("interactive session:\n{text}");
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     // The banner shows the answer to the CLI's `select @@version_comment limit 1`.
     assert!(text.contains("Server version: 10.11.0-paxsql-admin"), "{text}");
@@ -363,7 +364,7 @@ async fn raw_login(addr: SocketAddr) -> Result<TcpStream> {
     assert!(matches!(LoginRequest::decode(&login.encode())?, FirstPacket::Login(_)));
     s.write_all(&frame(1, &login.encode())).await?;
     let answer = read_one_packet(&mut s).await?;
-    if answer.first() != Some(&0x00) {
+    if !answer.starts_with(&[0x00]) {
         bail!("login refused: {answer:?}");
     }
     Ok(s)
@@ -411,7 +412,14 @@ async fn malformed_packets_and_abrupt_disconnects_do_not_hurt_the_server() -> Re
     let mut s = raw_login(addr).await?;
     s.write_all(&frame(0, &[0x99])).await?; // unknown command byte
     let answer = read_one_packet(&mut s).await?;
-    assert!(answer.first() == Some(&0x00) || answer.first() == Some(&0xff), "{answer:?}");
+    assert!(answer.starts_with(&[0x00]) || answer.starts_with(&[0xff]), "{answer:?}");
+    s.write_all(&frame(0, b"\x11root\0")).await?; // COM_CHANGE_USER: refused, not silently OKed
+    let answer = read_one_packet(&mut s).await?;
+    assert_eq!(&answer[..3], &[0xff, 0x17, 0x04], "ERR 1047: {answer:?}");
+    s.write_all(&frame(0, b"\x04members\0")).await?; // COM_FIELD_LIST: an empty list, ended as the client asked
+    assert_eq!(read_one_packet(&mut s).await?, [0xfe, 0, 0, 2, 0, 0, 0]);
+    s.write_all(&frame(0, b"\x09")).await?; // COM_STATISTICS: a status string
+    assert_eq!(read_one_packet(&mut s).await?, b"paxsql admin port: try SHOW STATUS");
     s.write_all(&frame(0, b"\x03SELECT * FROM paxsql.master")).await?;
     let first = read_one_packet(&mut s).await?;
     assert_eq!(first, [4], "column count of paxsql.master");

@@ -171,7 +171,7 @@ fn connect_probes_are_answered() {
 
     // mysql_async at connect.
     let t = rows(answer("SELECT @@max_allowed_packet,@@wait_timeout,@@socket", &view(), &session()));
-    assert_eq!(t.rows, vec![vec![Cell::Int(16 << 20), Cell::Int(28_800), Cell::Null]]);
+    assert_eq!(t.rows, vec![vec![Cell::Int(1 << 20), Cell::Int(28_800), Cell::Null]]);
 
     let t = rows(answer("SELECT 1", &view(), &session()));
     assert_eq!(t.columns, vec![("1".to_string(), ColumnKind::Int)]);
