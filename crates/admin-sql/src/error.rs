@@ -20,9 +20,9 @@ pub enum AdminError {
         source: std::io::Error,
     },
 
-    /// A client's login packet is not valid (framing or fields).
-    #[error("bad login packet: {0}")]
-    BadLogin(#[from] paxsql_repl_server::Error),
+    /// A client packet is not valid (framing, size limit, or login fields).
+    #[error("bad client packet: {0}")]
+    BadPacket(#[from] paxsql_repl_server::Error),
 
     /// The client did not finish logging in within the time allowed.
     #[error("login not completed within {seconds} s")]

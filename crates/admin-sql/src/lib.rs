@@ -31,7 +31,7 @@
 mod error;
 pub mod login;
 mod metrics;
-pub mod query;
+mod query;
 mod server;
 mod view;
 
