@@ -45,9 +45,11 @@ mod server;
 mod session;
 mod source;
 
-pub use auth::{client_token, stage2, SCRAMBLE_LEN};
+pub use auth::{client_token, stage2, verify, SCRAMBLE_LEN};
 pub use dump::{DumpConfig, DumpStream};
 pub use error::{Error, Result};
 pub use server::{ReplicationServer, ReplicationServerConfig};
-pub use session::{DumpRequest, Session, SessionConfig, Step, BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT};
+pub use session::{
+    like, DumpRequest, Session, SessionConfig, Step, BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT,
+};
 pub use source::{transactions_from_binlog, Batch, Cursor, EventSource, MemoryEventSource, Transaction};

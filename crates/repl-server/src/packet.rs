@@ -268,21 +268,21 @@ impl ResultSet {
 }
 
 /// Bounds-checked reader over a client payload; errors name the field and its offset.
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(buf: &'a [u8]) -> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
-    pub(crate) fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
+    pub fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
         let Some(end) = end else { return Err(Error::Malformed { what, offset: self.pos }) };
         let s = &self.buf[self.pos..end];
@@ -290,21 +290,21 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8> {
+    pub fn u8(&mut self, what: &'static str) -> Result<u8> {
         Ok(self.bytes(1, what)?[0])
     }
 
-    pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16> {
+    pub fn u16(&mut self, what: &'static str) -> Result<u16> {
         let b = self.bytes(2, what)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
 
-    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32> {
+    pub fn u32(&mut self, what: &'static str) -> Result<u32> {
         let b = self.bytes(4, what)?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    pub(crate) fn lenenc_int(&mut self, what: &'static str) -> Result<u64> {
+    pub fn lenenc_int(&mut self, what: &'static str) -> Result<u64> {
         let first = self.u8(what)?;
         Ok(match first {
             0xFC => u64::from(self.u16(what)?),
@@ -322,7 +322,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Bytes up to a NUL (consumed, not returned); without a NUL, the rest of the packet.
-    pub(crate) fn nul_str(&mut self) -> &'a [u8] {
+    pub fn nul_str(&mut self) -> &'a [u8] {
         let rest = &self.buf[self.pos.min(self.buf.len())..];
         match rest.iter().position(|&b| b == 0) {
             Some(i) => {
@@ -336,7 +336,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub(crate) fn rest(&mut self) -> &'a [u8] {
+    pub fn rest(&mut self) -> &'a [u8] {
         let rest = &self.buf[self.pos.min(self.buf.len())..];
         self.pos = self.buf.len();
         rest

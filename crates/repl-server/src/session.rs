@@ -649,7 +649,7 @@ fn unquote(s: &str) -> String {
 
 /// SQL LIKE (case-insensitive), `%` and `_` wildcards, `\` escape. Dynamic programming over (pattern, text)
 /// positions, so a hostile pattern of many `%` costs O(pattern × text), not exponential time.
-fn like(pattern: &str, text: &str) -> bool {
+pub fn like(pattern: &str, text: &str) -> bool {
     // Pattern tokens: None = '%', Some(None) = '_', Some(Some(c)) = literal c.
     let mut tokens: Vec<Option<Option<u8>>> = Vec::new();
     let mut p = pattern.bytes();

@@ -1,0 +1,371 @@
+//! Prometheus metrics of one node, and the HTTP endpoint that serves them.
+//!
+//! Gauges mirror the [`ClusterView`] ([`Metrics::update_from`]; the endpoint also refreshes them from the view at
+//! every scrape, so they are never staler than the view). Counters and the ACK-latency histogram are driven by
+//! the parts of the node that see the events, through the `record_*` methods. Every series carries a constant
+//! `node` label. No metric or label holds a secret.
+//!
+//! Library: `prometheus-client`, the Prometheus organisation's Rust client. The `prometheus` crate (0.13) is
+//! already in the tree through raft-engine, but it centres on a process-global default registry and a
+//! protobuf-era API, while `prometheus-client` has typed metrics, an explicit registry per owner, and encodes
+//! OpenMetrics text, which Prometheus scrapes natively.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, info};
+
+use crate::error::AdminError;
+use crate::server::accept;
+use crate::view::ClusterView;
+
+/// The proxy port a connection came in on (the `port` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyPort {
+    /// Routed to the master.
+    ReadWrite,
+    /// Served by the local mariadbd.
+    ReadOnly,
+}
+
+impl ProxyPort {
+    fn label(self) -> [(&'static str, &'static str); 1] {
+        [("port", if self == ProxyPort::ReadWrite { "rw" } else { "ro" })]
+    }
+}
+
+type PortLabels = [(&'static str, &'static str); 1];
+
+struct Inner {
+    registry: Registry,
+    master_version: Gauge<u64, AtomicU64>,
+    is_master: Gauge,
+    holds_lease: Gauge,
+    applied_instance: Gauge<u64, AtomicU64>,
+    lag_transactions: Gauge<i64, AtomicI64>,
+    members: Gauge,
+    members_reachable: Gauge,
+    proposals_in_flight: Gauge<u64, AtomicU64>,
+    paxos_chosen: Counter,
+    /// The highest `chosen_up_to` already counted into `paxos_chosen`.
+    chosen_counted: AtomicU64,
+    capture_acked_transactions: Counter,
+    capture_ack_latency: Histogram,
+    proxy_active: Family<PortLabels, Gauge>,
+    proxy_total: Family<PortLabels, Counter>,
+    proxy_refused: Family<PortLabels, Counter>,
+    binlog_events_served: Counter,
+}
+
+/// The node's metrics. Cheap to clone; clones share the same series.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+impl Metrics {
+    /// Registers every series with the constant label `node="<node_id>"`.
+    pub fn new(node_id: u64) -> Metrics {
+        let labels = [(Cow::Borrowed("node"), Cow::Owned(node_id.to_string()))];
+        let mut inner = Inner {
+            registry: Registry::with_labels(labels.into_iter()),
+            master_version: Gauge::default(),
+            is_master: Gauge::default(),
+            holds_lease: Gauge::default(),
+            applied_instance: Gauge::default(),
+            lag_transactions: Gauge::default(),
+            members: Gauge::default(),
+            members_reachable: Gauge::default(),
+            proposals_in_flight: Gauge::default(),
+            paxos_chosen: Counter::default(),
+            chosen_counted: AtomicU64::new(0),
+            capture_acked_transactions: Counter::default(),
+            // 250 µs .. ~4 s: loopback ACKs take well under a millisecond, a WAN round trip tens of ms, and a
+            // stalled majority shows up in the top buckets.
+            capture_ack_latency: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
+            proxy_active: Family::default(),
+            proxy_total: Family::default(),
+            proxy_refused: Family::default(),
+            binlog_events_served: Counter::default(),
+        };
+        let r = &mut inner.registry;
+        r.register("paxsql_master_version", "master_version of the global log", inner.master_version.clone());
+        r.register("paxsql_is_master", "1 while this node serves as master", inner.is_master.clone());
+        r.register("paxsql_holds_lease", "1 while this node holds the master lease", inner.holds_lease.clone());
+        r.register(
+            "paxsql_applied_instance",
+            "Last global log instance applied to the state machine",
+            inner.applied_instance.clone(),
+        );
+        r.register(
+            "paxsql_lag_transactions",
+            "Transactions of the global log the local mariadbd has not applied; -1 when unknown",
+            inner.lag_transactions.clone(),
+        );
+        r.register("paxsql_members", "Configured cluster members", inner.members.clone());
+        r.register(
+            "paxsql_members_reachable",
+            "Members this node currently reaches, itself included",
+            inner.members_reachable.clone(),
+        );
+        r.register(
+            "paxsql_paxos_proposals_in_flight",
+            "Instances this node proposed that are not chosen yet",
+            inner.proposals_in_flight.clone(),
+        );
+        r.register(
+            "paxsql_paxos_chosen",
+            "Global log instances chosen (as learnt by this node since it started)",
+            inner.paxos_chosen.clone(),
+        );
+        r.register(
+            "paxsql_capture_acked_transactions",
+            "Transactions captured from the local master and acknowledged to it after Paxos chose them",
+            inner.capture_acked_transactions.clone(),
+        );
+        r.register(
+            "paxsql_capture_ack_latency_seconds",
+            "Time from capturing a batch from the local master to sending its semi-sync ACK",
+            inner.capture_ack_latency.clone(),
+        );
+        r.register("paxsql_proxy_connections_active", "Open proxy client connections", inner.proxy_active.clone());
+        r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
+        r.register(
+            "paxsql_proxy_connections_refused",
+            "Proxy client connections refused (no master known, lease not held, limits)",
+            inner.proxy_refused.clone(),
+        );
+        r.register(
+            "paxsql_binlog_served_events",
+            "Binlog events served to the local mariadbd over the replication protocol",
+            inner.binlog_events_served.clone(),
+        );
+        Metrics { inner: Arc::new(inner) }
+    }
+
+    /// Sets the gauges from `view`, and advances the chosen-instances counter to `view.paxos.chosen_up_to`.
+    pub fn update_from(&self, view: &ClusterView) {
+        let m = &self.inner;
+        m.master_version.set(view.master_version);
+        m.is_master.set(i64::from(view.role == "master"));
+        m.holds_lease.set(i64::from(view.holds_lease));
+        m.applied_instance.set(view.applied_instance);
+        m.lag_transactions.set(view.lag_transactions.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)));
+        m.members.set(view.members.len() as i64);
+        m.members_reachable.set(view.members.iter().filter(|x| x.reachable).count() as i64);
+        m.proposals_in_flight.set(view.paxos.proposals_in_flight);
+        let chosen = view.paxos.chosen_up_to;
+        let counted = m.chosen_counted.fetch_max(chosen, Ordering::Relaxed);
+        if chosen > counted {
+            m.paxos_chosen.inc_by(chosen - counted);
+        }
+    }
+
+    /// The capture path sent one semi-sync ACK covering `transactions` transactions, `latency` after it
+    /// captured the batch.
+    pub fn record_capture_ack(&self, transactions: u64, latency: Duration) {
+        self.inner.capture_acked_transactions.inc_by(transactions);
+        self.inner.capture_ack_latency.observe(latency.as_secs_f64());
+    }
+
+    /// The proxy accepted a client; the connection counts as active until the guard is dropped.
+    pub fn record_proxy_connection(&self, port: ProxyPort) -> ProxyConnectionGuard {
+        self.inner.proxy_total.get_or_create(&port.label()).inc();
+        self.inner.proxy_active.get_or_create(&port.label()).inc();
+        ProxyConnectionGuard { metrics: self.clone(), port }
+    }
+
+    /// The proxy refused a client.
+    pub fn record_proxy_refused(&self, port: ProxyPort) {
+        self.inner.proxy_refused.get_or_create(&port.label()).inc();
+    }
+
+    /// The replication endpoint sent `events` binlog events to the local mariadbd.
+    pub fn record_binlog_events_served(&self, events: u64) {
+        self.inner.binlog_events_served.inc_by(events);
+    }
+
+    /// The OpenMetrics text exposition of every series.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+/// Counts one open proxy connection; dropping it ends the count.
+pub struct ProxyConnectionGuard {
+    metrics: Metrics,
+    port: ProxyPort,
+}
+
+impl Drop for ProxyConnectionGuard {
+    fn drop(&mut self) {
+        self.metrics.inner.proxy_active.get_or_create(&self.port.label()).dec();
+    }
+}
+
+/// Content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// A scrape connection that stays open longer than this is closed (keeps slow or idle clients from holding
+/// tasks forever).
+const CONNECTION_MAX: Duration = Duration::from_secs(60);
+
+/// `GET /metrics` over HTTP/1.1; every other path is 404.
+pub struct MetricsServer {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    metrics: Metrics,
+    view: watch::Receiver<ClusterView>,
+}
+
+impl MetricsServer {
+    /// Binds `addr`. Each scrape first refreshes the gauges from the latest `view`.
+    pub async fn bind(
+        addr: SocketAddr,
+        metrics: Metrics,
+        view: watch::Receiver<ClusterView>,
+    ) -> Result<MetricsServer, AdminError> {
+        let listener = TcpListener::bind(addr).await.map_err(|source| AdminError::Bind { addr, source })?;
+        let local_addr = listener.local_addr()?;
+        info!(%local_addr, "metrics endpoint listening");
+        Ok(MetricsServer { listener, local_addr, metrics, view })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` turns true (or its sender is dropped); open connections end with it.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AdminError> {
+        let mut tasks = JoinSet::new();
+        while let Some((stream, peer)) = accept(&self.listener, &mut shutdown, "metrics").await {
+            let metrics = self.metrics.clone();
+            let view = self.view.clone();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let response = respond(&req, &metrics, &view);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tasks.spawn(async move {
+                match tokio::time::timeout(CONNECTION_MAX, connection).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => debug!(%peer, error = %e, "metrics connection failed"),
+                    Err(_) => debug!(%peer, "metrics connection closed after the time limit"),
+                }
+            });
+            while tasks.try_join_next().is_some() {}
+        }
+        drop(self.listener);
+        tasks.shutdown().await;
+        Ok(())
+    }
+}
+
+fn respond(req: &Request<Incoming>, metrics: &Metrics, view: &watch::Receiver<ClusterView>) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, content_type: &str, body: String| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        if let Ok(v) = content_type.parse() {
+            response.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        response
+    };
+    if req.uri().path() != "/metrics" {
+        return reply(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found; try /metrics\n".into());
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "use GET\n".into());
+    }
+    metrics.update_from(&view.borrow());
+    reply(StatusCode::OK, CONTENT_TYPE, metrics.encode())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::{MemberView, PaxosView};
+
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    #[test]
+    fn gauges_follow_the_view_and_counters_only_grow() {
+        let m = Metrics::new(3);
+        let mut view = ClusterView {
+            node_id: 3,
+            role: "master".into(),
+            master_version: 5,
+            holds_lease: true,
+            applied_instance: 10,
+            lag_transactions: Some(0),
+            paxos: PaxosView { chosen_up_to: 10, proposals_in_flight: 2, ..Default::default() },
+            members: vec![
+                MemberView { node_id: 1, reachable: true, ..Default::default() },
+                MemberView { node_id: 3, reachable: true, ..Default::default() },
+                MemberView { node_id: 2, reachable: false, ..Default::default() },
+            ],
+            ..Default::default()
+        };
+        m.update_from(&view);
+        let text = m.encode();
+        assert_eq!(value(&text, r#"paxsql_master_version{node="3"}"#), Some(5.0), "{text}");
+        assert_eq!(value(&text, r#"paxsql_is_master{node="3"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_holds_lease{node="3"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_members_reachable{node="3"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"paxsql_paxos_chosen_total{node="3"}"#), Some(10.0));
+        assert!(text.trim_end().ends_with("# EOF"));
+
+        view.role = "replica".into();
+        view.lag_transactions = None;
+        view.paxos.chosen_up_to = 14;
+        m.update_from(&view);
+        // A view from before (lower chosen_up_to) must not move the counter back or count twice.
+        m.update_from(&ClusterView { paxos: PaxosView { chosen_up_to: 12, ..Default::default() }, ..view.clone() });
+        let text = m.encode();
+        assert_eq!(value(&text, r#"paxsql_is_master{node="3"}"#), Some(0.0));
+        assert_eq!(value(&text, r#"paxsql_lag_transactions{node="3"}"#), Some(-1.0));
+        assert_eq!(value(&text, r#"paxsql_paxos_chosen_total{node="3"}"#), Some(14.0));
+    }
+
+    #[test]
+    fn event_counters_and_histogram() {
+        let m = Metrics::new(1);
+        m.record_capture_ack(3, Duration::from_micros(800));
+        m.record_capture_ack(2, Duration::from_millis(30));
+        m.record_binlog_events_served(40);
+        let rw = m.record_proxy_connection(ProxyPort::ReadWrite);
+        let _ro = m.record_proxy_connection(ProxyPort::ReadOnly);
+        m.record_proxy_refused(ProxyPort::ReadWrite);
+        drop(rw);
+        let text = m.encode();
+        assert_eq!(value(&text, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(5.0), "{text}");
+        assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_bucket{node="1",le="0.001"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_binlog_served_events_total{node="1"}"#), Some(40.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_total{node="1",port="rw"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1",port="rw"}"#), Some(0.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1",port="ro"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_refused_total{node="1",port="rw"}"#), Some(1.0));
+    }
+}
