@@ -290,7 +290,7 @@ async fn run_schedule_inner(
 
     // Final state on every node.
     for id in cluster.ids() {
-        let row = on_node::<(i64, i64, i64)>(cluster, id, &workload::bank_check_sql(suffix)).await?;
+        let row = on_node::<workload::BankRow>(cluster, id, &workload::bank_check_sql(suffix)).await?;
         if let Some(v) = row.first().and_then(|r| workload::bank_violation(id, *r)) {
             report.problems.push(format!("final bank: {v}"));
         }
