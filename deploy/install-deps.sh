@@ -7,7 +7,8 @@
 #   mariadb-client   the `mariadb` / `mariadb-admin` / `mariadb-binlog` CLIs (debugging, some tests)
 #   mariadb-backup   mariabackup, to rebuild a node from a healthy member (DESIGN §5)
 #   sysbench         benchmarks (bench/)
-#   iproute2         `ip netns` for network-namespace partition tests
+#   iproute2         `ip netns` for network-namespace partition tests; `tc` for the fault suite's slow network
+#                    (netem where the kernel has sch_netem, else a tbf token bucket)
 #   iptables         packet drops between namespaces
 #   procps           pgrep/pkill/ps, used by tests to check that no stray mariadbd is left
 #   build-essential, pkg-config  C toolchain for -sys crates
