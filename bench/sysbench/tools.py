@@ -162,18 +162,13 @@ def lag_series(path):
 def parse_sysbench(path):
     text = open(path).read()
     res = {}
-    m = re.search(r"transactions:\s+(\d+)\s+\(([\d.]+) per sec", text)
-    if m:
-        res["tps"] = float(m.group(2))
-    m = re.search(r"queries:\s+(\d+)\s+\(([\d.]+) per sec", text)
-    if m:
-        res["qps"] = float(m.group(2))
-    m = re.search(r"95th percentile:\s+([\d.]+)", text)
-    if m:
-        res["p95"] = float(m.group(1))
-    m = re.search(r"avg:\s+([\d.]+)", text)
-    if m:
-        res["avg"] = float(m.group(1))
+    for key, pattern in (("tps", r"transactions:\s+\d+\s+\(([\d.]+) per sec"),
+                         ("qps", r"queries:\s+\d+\s+\(([\d.]+) per sec"),
+                         ("p95", r"95th percentile:\s+([\d.]+)"),
+                         ("avg", r"avg:\s+([\d.]+)")):
+        m = re.search(pattern, text)
+        if m:
+            res[key] = float(m.group(1))
     res["series"] = [(int(a), float(b)) for a, b in re.findall(r"\[ (\d+)s \] thds: \d+ tps: ([\d.]+)", text)]
     return res
 
