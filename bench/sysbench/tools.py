@@ -338,7 +338,7 @@ def cmd_report(args):
                        f"{'met' if r2 >= 0.85 else 'MISSED'}")
 
     # profile of oltp_insert 64 on each system
-    plines = ["| system | TPS | commits per binlog group commit | ACK wait avg ms (MariaDB) | disk flushes/s "
+    plines = ["| system | TPS | commits per binlog group commit | ACK wait avg ms (MariaDB, since start) | disk flushes/s "
               "| disk writes/s | MB/s written | CPU cores: mariadbd (master) | other mariadbd | paxsql nodes "
               "| machine busy |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
