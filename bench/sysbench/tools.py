@@ -226,10 +226,11 @@ def perf_table(res, systems):
             fs = (counts.get("fsync", 0) + counts.get("fdatasync", 0)) / secs
             wr = (counts.get("write", 0) + counts.get("pwrite64", 0)) / secs
             rows.append(f"| {s} | {name} | {fmt(fs)} | {fmt(wr)} | {fmt(fs / tps if tps else None, 2)} |")
-        if p and "Paxos_applied_instance" in p["status"] and tps:
-            inst = p["status"]["Paxos_applied_instance"] / secs
-            extra.append(f"paxsql: {inst:,.0f} Paxos instances chosen per second for {tps:,.0f} transactions per "
-                         f"second = {tps / inst if inst else 0:.2f} transactions per instance.")
+        if p and p["status"].get("Paxos_applied_instance") and p["status"].get("Binlog_commits"):
+            inst, trx = p["status"]["Paxos_applied_instance"], p["status"]["Binlog_commits"]
+            extra.append(f"paxsql: {inst:,.0f} Paxos instances chosen for {trx:,.0f} transactions committed on the "
+                         f"master during the run = {trx / inst:.2f} transactions per instance (MariaDB grouped "
+                         f"{trx / p['status']['Binlog_group_commits']:.1f} per binlog group commit).")
     if len(rows) == 2:
         return "(no perf counts)"
     return ("System calls per process during oltp_insert 64 threads (`perf stat` tracepoints):\n\n"
@@ -338,18 +339,23 @@ def cmd_report(args):
                        f"{'met' if r2 >= 0.85 else 'MISSED'}")
 
     # profile of oltp_insert 64 on each system
-    plines = ["| system | TPS | commits per binlog group commit | ACK wait avg ms (MariaDB, since start) | disk flushes/s "
-              "| disk writes/s | MB/s written | CPU cores: mariadbd (master) | other mariadbd | paxsql nodes "
+    plines = ["| system | TPS | commits per binlog group commit | ACK wait avg ms | disk flushes/s "
+              "| ms per flush | disk writes/s | MB/s written | CPU cores: mariadbd (master) | other mariadbd | paxsql nodes "
               "| machine busy |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in systems:
         p = load_profile(f"{res}/{s}")
         if not p:
             continue
         st, sa, cpu = p["status"], p["status_abs"], p["cpu"]
         group = st.get("Binlog_commits", 0) / st["Binlog_group_commits"] if st.get("Binlog_group_commits") else None
-        ack = sa.get("Rpl_semi_sync_master_tx_avg_wait_time")
-        ack = ack / 1000 if ack is not None and s != "standalone" else None
+        # MariaDB keeps a running average since start: recover the total wait before and after this run
+        avg_b, n_b = sa.get("Rpl_semi_sync_master_tx_avg_wait_time"), sa.get("Rpl_semi_sync_master_tx_waits")
+        dn = st.get("Rpl_semi_sync_master_tx_waits")
+        ack = None
+        if s != "standalone" and None not in (avg_b, n_b, dn) and dn > 0:
+            avg_a, n_a = avg_b - st["Rpl_semi_sync_master_tx_avg_wait_time"], n_b - dn
+            ack = (avg_b * n_b - avg_a * n_a) / dn / 1000
         master_name = {"standalone": "mariadbd", "semisync": "semi-m"}.get(s)
         if s == "paxsql":
             # the master's mariadbd: the one whose node runs the write path (highest mariadbd CPU)
@@ -360,6 +366,7 @@ def cmd_report(args):
         nodes = sum(v for k, v in cpu.items() if k.endswith("-node"))
         tps = runs.get((s, "oltp_insert", 64), {}).get("tps")
         plines.append(f"| {s} | {fmt(tps)} | {fmt(group, 1)} | {fmt(ack, 2)} | {fmt(p.get('disk.flushes'))} | "
+                      f"{fmt(p['disk.flush_ms'] / p['disk.flushes'] if p.get('disk.flushes') else None, 2)} | "
                       f"{fmt(p.get('disk.writes'))} | {fmt(p.get('disk.sectors_written', 0) * 512 / 1e6, 1)} | "
                       f"{fmt(m_cpu, 2)} | {fmt(other if other else None, 2)} | {fmt(nodes if nodes else None, 2)} | "
                       f"{p['machine_busy'] * 100:.0f} % |")
