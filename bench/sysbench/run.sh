@@ -11,7 +11,7 @@
 #   PAXSQL_ENDPOINT=mariadb  where sysbench connects on paxsql: `mariadb` = the master's mariadbd, `proxy` = the
 #                            master node's proxy RW port (+4), or a port number
 #   LAG_RATE=500             the second lag run offers this many TPS to every system (same load, comparable lag)
-#   RESULTS=bench/sysbench/results/<UTC time>   output directory
+#   RESULTS=bench/sysbench/results/<UTC time>   output directory; its summary.md is the section for bench/RESULTS.md
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -184,13 +184,14 @@ skip-slave-start"
   export MYSQL_PWD=$APP_PW
 }
 
-up_paxsql() {
-  CLUSTER_DIR=$WORK/paxsql
-  # `cluster up` talks to its fresh servers without a password: a MYSQL_PWD of ours would break that.
-  env -u MYSQL_PWD "$PAXSQL" cluster up --nodes 3 --dir "$CLUSTER_DIR" --base-port $((BASE + 100)) >"$RESULTS/paxsql-cluster-up.log" 2>&1
-  local st m
-  st=$("$PAXSQL" cluster status --dir "$CLUSTER_DIR" --json)
-  m=$(echo "$st" | python3 -c "import json,sys; print(json.load(sys.stdin)['master'] or '')")
+# Where the paxsql master is now: PORT, MASTER_SQL, MASTER_NODE, REPLICAS, PROCS (it may move after a failover).
+paxsql_endpoints() {
+  local m n p i
+  for i in $(seq 1 150); do
+    m=$("$PAXSQL" cluster status --dir "$CLUSTER_DIR" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['master'] or '')")
+    [ -n "$m" ] && break
+    sleep 0.2
+  done
   [ -n "$m" ] || { echo "paxsql: no master" >&2; exit 1; }
   local mport=$((BASE + 100 + 10 * (m - 1)))
   case $PAXSQL_ENDPOINT in
@@ -200,15 +201,21 @@ up_paxsql() {
   esac
   MASTER_SQL=127.0.0.1:$mport; MASTER_NODE=$m
   REPLICAS=""; PROCS=""
-  local n
   for n in 1 2 3; do
-    local p=$((BASE + 100 + 10 * (n - 1)))
+    p=$((BASE + 100 + 10 * (n - 1)))
     [ "$n" = "$m" ] || REPLICAS+="paxsql-n$n=127.0.0.1:$p "
     PROCS+="n$n-mariadbd=$(cat "$CLUSTER_DIR/n$n/data/mariadbd.pid") n$n-node=$(cat "$CLUSTER_DIR/n$n/node.pid") "
   done
+}
+
+up_paxsql() {
+  CLUSTER_DIR=$WORK/paxsql
+  # `cluster up` talks to its fresh servers without a password: a MYSQL_PWD of ours would break that.
+  env -u MYSQL_PWD "$PAXSQL" cluster up --nodes 3 --dir "$CLUSTER_DIR" --base-port $((BASE + 100)) >"$RESULTS/paxsql-cluster-up.log" 2>&1
+  paxsql_endpoints
   MYSQL_PWD=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_password'])" "$CLUSTER_DIR/cluster.json")
   export MYSQL_PWD
-  check_settings "$CLUSTER_DIR/n$m/my.cnf"
+  check_settings "$CLUSTER_DIR/n$MASTER_NODE/my.cnf"
 }
 
 # The comparison is only fair if the settings really are the same: compare ours with what `cluster up` wrote.
@@ -246,6 +253,7 @@ down_system() {
   PIDS=()
   if [ -n "$CLUSTER_DIR" ]; then "$PAXSQL" cluster down --dir "$CLUSTER_DIR" >/dev/null 2>&1 || true; CLUSTER_DIR=""; fi
   kill_leftovers
+  rm -rf "${WORK:?}"/*
 }
 
 # --- sysbench ----------------------------------------------------------------------------------------------------
@@ -257,8 +265,24 @@ sb() { # sb TEST THREADS SECONDS OUT COMMAND (prepare|run)
     --threads="$threads" --time="$secs" --percentile=95 --report-interval=1 "$@" >"$out" 2>&1 &
   local p=$!
   PIDS+=($p)
-  if ! wait $p; then forget $p; echo "sysbench $test failed; see $out" >&2; tail -5 "$out" >&2; exit 1; fi
+  if wait $p; then forget $p; return 0; fi
   forget $p
+  # paxsql only: a master that drops its mariadbd (seen on a CPU-starved machine: the lease lapses and the node
+  # demotes itself with SIGKILL) fails the run; keep the failed output, wait for a master, run once more.
+  if [ -n "$CLUSTER_DIR" ] && [ "${SB_RETRY:-0}" = 0 ]; then
+    mv "$out" "$out.failed"
+    echo "sysbench $test failed on paxsql (kept as $(basename "$out").failed); retrying once" >&2
+    echo "$(date -u +%H:%M:%S) $test $threads threads: failed, retried (first attempt: $(basename "$out").failed)" \
+      >>"$(dirname "$out")/retries.txt"
+    sleep 2
+    paxsql_endpoints
+    SB_RETRY=1 sb "$test" "$threads" "$secs" "$out" "$@"
+    return
+  fi
+  echo "sysbench $test failed; see $out" >&2; tail -5 "$out" >&2
+  [ "${1:-}" = prepare ] && exit 1   # (after the shift, $1 is the sysbench command)
+  echo "$(date -u +%H:%M:%S) $test $threads threads: failed (after any retry), no result" >>"$(dirname "$out")/retries.txt"
+  return 1   # a measurement that failed twice: recorded, the suite goes on
 }
 
 # Snapshot for the profile: CPU of each process, the whole machine's CPU, disk writes and flushes, MariaDB counters.
@@ -277,13 +301,23 @@ snapshot() {
 
 # lag_run PREFIX SYSBENCH-ARGS: GTID sampling on master and replicas around one oltp_insert run.
 lag_run() {
-  log "$sys: replica lag under oltp_insert $LAG_THREADS threads ${2:-(unthrottled)}, ${LAG_SECONDS}s"
-  $TOOLS lag --master "$MASTER_SQL" --replicas "$REPLICAS" --out "$1.csv" --max-seconds $((LAG_SECONDS + 90)) \
-    --stop-file "$1.stop" >"$1.log" 2>&1 &
+  # Replicas still behind from the earlier runs would count that backlog as lag: start from caught-up replicas
+  # (the sampler with a stop file that already exists returns once they are; how long that took is kept).
+  log "$sys: waiting for the replicas to catch up before the lag run"
+  touch "$1.pre.stop"
+  $TOOLS lag --master "$MASTER_SQL" --replicas "$REPLICAS" --out "$1.pre.csv" --max-seconds 900 \
+    --stop-file "$1.pre.stop" >"$1.pre.log" 2>&1 &
   local sampler=$!
   PIDS+=($sampler)
+  wait $sampler || true
+  forget $sampler
+  log "$sys: replica lag under oltp_insert $LAG_THREADS threads ${2:-(unthrottled)}, ${LAG_SECONDS}s"
+  $TOOLS lag --master "$MASTER_SQL" --replicas "$REPLICAS" --out "$1.csv" --max-seconds $((LAG_SECONDS + 300)) \
+    --stop-file "$1.stop" >"$1.log" 2>&1 &
+  sampler=$!
+  PIDS+=($sampler)
   sleep 1
-  sb oltp_insert "$LAG_THREADS" "$LAG_SECONDS" "$1-load.txt" run $2
+  sb oltp_insert "$LAG_THREADS" "$LAG_SECONDS" "$1-load.txt" run $2 || true
   touch "$1.stop"   # the sampler goes on until every replica has caught up, then exits
   wait $sampler || true
   forget $sampler
@@ -317,13 +351,13 @@ run_system() {
   echo "$PORT" >"$d/port"
   log "$sys: prepare ($TABLES x $TABLE_SIZE rows) and warm-up ${WARMUP}s"
   sb oltp_read_write 4 0 "$d/prepare.txt" prepare
-  sb oltp_read_write 16 "$WARMUP" "$d/warmup.txt" run
+  sb oltp_read_write 16 "$WARMUP" "$d/warmup.txt" run || true
   local c
   for c in $COMBOS; do
     local test=${c%%:*} threads=${c#*:}
     log "$sys: $test $threads threads ${SECONDS_PER_RUN}s"
     if [ "$test:$threads" = oltp_insert:64 ]; then snapshot "$d/profile-before"; perf_start "$d/profile"; fi
-    sb "$test" "$threads" "$SECONDS_PER_RUN" "$d/$test-$threads.txt" run
+    sb "$test" "$threads" "$SECONDS_PER_RUN" "$d/$test-$threads.txt" run || true
     if [ "$test:$threads" = oltp_insert:64 ]; then perf_stop; snapshot "$d/profile-after"; fi
   done
   if [ -n "$REPLICAS" ]; then

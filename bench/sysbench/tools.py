@@ -375,7 +375,8 @@ def cmd_report(args):
 
     # lag: one table and one plot per lag run (unthrottled, then at a fixed rate)
     lag_parts = []
-    prefixes = sorted({os.path.basename(p)[:-4] for s in systems for p in glob.glob(f"{res}/{s}/lag*.csv")})
+    prefixes = sorted({os.path.basename(p)[:-4] for s in systems for p in glob.glob(f"{res}/{s}/lag*.csv")
+                       if not p.endswith(".pre.csv")})
     for prefix in prefixes:
         rate = prefix[len("lag-rate"):] if prefix.startswith("lag-rate") else None
         what = f"oltp_insert 16 threads at --rate={rate}" if rate else "oltp_insert 16 threads, unthrottled"
@@ -399,6 +400,8 @@ def cmd_report(args):
                 during = [p for p in pts if offset <= p[0] <= end]
                 after = [p for p in pts if p[0] > end and p[1] == 0]
                 caught = f"{(after[0][0] - end):.1f} s" if after else "not within the sampling window"
+                if pts and pts[0][1] > 0 and not os.path.exists(f"{res}/{s}/{prefix}.pre.csv"):
+                    caught += f" (already {pts[0][1]:,} behind when sampling began: backlog of earlier runs)"
                 trx = [p[1] for p in during]
                 ms = [p[2] for p in during]
                 llines.append(f"| {s} | {name} | {fmt(load.get('tps'))} | {fmt(pct(trx, .5))} / {fmt(pct(trx, .95))} "
@@ -410,8 +413,17 @@ def cmd_report(args):
             svg_plot(f"{res}/{prefix}.svg", f"{what}: master TPS and replica apply lag",
                      [("TPS (sysbench, 1 s)", tps_panel), ("ms behind", lag_panel),
                       ("transactions behind", trx_panel)])
+            waits = []
+            for s in systems:
+                pre = f"{res}/{s}/{prefix}.pre.csv"
+                if os.path.exists(pre):
+                    rows = list(csv.DictReader(open(pre)))
+                    if rows:
+                        waits.append(f"{s} {float(rows[-1]['t']):.1f} s")
+            note = (f" Before the run, the replicas first caught up with the backlog of the earlier runs "
+                    f"(time taken: {'; '.join(waits)})." if waits else "")
             lag_parts.append(f"Replica apply lag, {what} (GTIDs sampled every 250 ms on replicas, 50 ms on the "
-                             f"master; plot `{prefix}.svg`):\n\n" + "\n".join(llines))
+                             f"master; plot `{prefix}.svg`).{note}\n\n" + "\n".join(llines))
     lag = "\n\n".join(lag_parts) if lag_parts else "(no lag run)"
 
     loads = []
@@ -422,9 +434,16 @@ def cmd_report(args):
             loads.append(f"{s} {b} → {a}")
         except OSError:
             pass
+    retries = []
+    for s in systems:
+        if os.path.exists(f"{res}/{s}/retries.txt"):
+            retries += [f"{s}: {line.strip()}" for line in open(f"{res}/{s}/retries.txt") if line.strip()]
     settings = open(f"{res}/settings-check.txt").read().strip() if os.path.exists(f"{res}/settings-check.txt") else ""
     summary = (f"```\n{meta.strip()}\n```\n\nLoad average (1 min) before → after each system: {'; '.join(loads)}."
-               f"\nSettings check: {settings or 'paxsql not run'}.\n\n{table}\n\nTargets (issue 6):\n"
+               f"\nSettings check: {settings or 'paxsql not run'}.\n"
+               + ("Runs that failed once and were retried (the table shows the retry):\n"
+                  + "\n".join(f"- {r}" for r in retries) + "\n" if retries else "")
+               + f"\n{table}\n\nTargets (issue 6):\n"
                + ("\n".join(targets) or "- (oltp_insert 64 threads not run)") +
                f"\n\nProfile of oltp_insert 64 threads (deltas over the run; CPU in cores of {os.cpu_count()}):\n\n"
                f"{profile}\n\n{syscalls}\n\n{lag}\n")
