@@ -150,6 +150,9 @@ fn my_cnf(n: &NodeLayout) -> String {
          sync_binlog=1\n\
          innodb_flush_log_at_trx_commit=1\n\
          skip-name-resolve\n\
+         # The proxies pass the client's address with the PROXY protocol (DESIGN §7); connections without the\n\
+         # header from these networks are still accepted (the node's own, verified on 10.11).\n\
+         proxy_protocol_networks=127.0.0.0/8,localhost\n\
          # Every node starts as a read-only replica; the node promotes the master (SET GLOBAL at promotion).\n\
          read_only=ON\n\
          skip-slave-start\n\
@@ -183,6 +186,8 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          \n[listen]\n\
          peer = \"{host}:{peer}\"\n\
          replication = \"{host}:{repl}\"\n\
+         proxy_rw = \"{host}:{prw}\"\n\
+         proxy_ro = \"{host}:{pro}\"\n\
          \n[mariadb]\n\
          port = {port}\n\
          socket = \"{d}/run/mysqld.sock\"\n\
@@ -196,10 +201,15 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
         s = s.display(),
         peer = n.peer_port,
         repl = n.replication_port,
+        prw = n.proxy_rw_port,
+        pro = n.proxy_ro_port,
         port = n.mariadb_port,
     );
     for m in all {
-        out += &format!("\n[[members]]\nid = {}\npeer = \"{}:{}\"\n", m.id, m.host, m.peer_port);
+        out += &format!(
+            "\n[[members]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
+            m.id, m.host, m.peer_port, m.host, m.mariadb_port
+        );
     }
     out
 }
@@ -355,11 +365,20 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
     })?;
     println!("paxsql cluster is up: {} nodes, master is node {}", nodes.len(), master.id);
     println!();
-    println!("Connect (writes go to the master):");
     println!(
-        "  mariadb -h{} -P{} -u{} -p'{}' {}",
-        master.host, master.mariadb_port, file.app_user, file.app_password, file.app_database
+        "Connect through any node's proxy (read-write port: forwarded to the current master, also after a failover):"
     );
+    for n in &nodes {
+        println!(
+            "  mariadb -h{} -P{} -u{} -p'{}' {}",
+            n.host, n.proxy_rw_port, file.app_user, file.app_password, file.app_database
+        );
+    }
+    println!(
+        "Read-only port of each node (its local replica): {}",
+        nodes.iter().map(|n| format!("{}:{}", n.host, n.proxy_ro_port)).collect::<Vec<_>>().join(", ")
+    );
+    println!("The master's mariadbd directly: {}:{}", master.host, master.mariadb_port);
     println!();
     println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
     println!("Stop:    paxsql cluster down --dir {}", dir.display());
@@ -424,7 +443,11 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
                 "mariadb": format!("{}:{}", n.host, n.mariadb_port),
                 "peer": format!("{}:{}", n.host, n.peer_port),
                 "replication": format!("{}:{}", n.host, n.replication_port),
+                "proxy_rw": format!("{}:{}", n.host, n.proxy_rw_port),
+                "proxy_ro": format!("{}:{}", n.host, n.proxy_ro_port),
             },
+            "database": st["database"],
+            "database_detail": st["database_detail"],
             "pids": { "node": node_pid, "mariadbd": mariadbd_pid },
         }));
     }

@@ -223,6 +223,12 @@ impl GlobalLogNode {
         self.holds_lease(now).then_some(self.state.master_version)
     }
     /// Local time until which the lease is held (meaningful only while [`Self::holds_lease`]).
+    /// Whether, as far as this member can tell, the current master still holds its lease: this member holds it,
+    /// or applied the master's last renewal less than a lease ago. Its proxy routes writes only while this holds.
+    pub fn master_lease_seen(&self, now: u64) -> bool {
+        self.state.master_id != 0 && (self.holds_lease(now) || now < self.last_renewal_seen + self.cfg.lease_ms)
+    }
+
     pub fn lease_until(&self) -> u64 {
         self.lease_until
     }

@@ -75,6 +75,40 @@ pub struct MemberConfig {
     pub peer: SocketAddr,
     /// Address of its admin endpoint (status), if any.
     pub admin: Option<SocketAddr>,
+    /// Address clients (and every member's read-write proxy) reach its mariadbd at. Required for the proxy to
+    /// route writes to this member when it is master.
+    pub mariadb: Option<SocketAddr>,
+}
+
+/// The MySQL-protocol proxy (DESIGN §7).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySettings {
+    /// How long a new read-write connection waits for a master during an election before it gets an error.
+    /// Default 5000.
+    #[serde(default = "default_hold_ms")]
+    pub hold_during_election_ms: u64,
+    /// Send the client's address to MariaDB with the PROXY protocol (the servers must list the proxies in
+    /// `proxy_protocol_networks`). Default true.
+    #[serde(default = "default_true")]
+    pub proxy_protocol: bool,
+    /// Most client connections over both ports. Default 4096.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings { hold_during_election_ms: default_hold_ms(), proxy_protocol: true, max_connections: 4096 }
+    }
+}
+
+fn default_hold_ms() -> u64 {
+    5000
+}
+
+fn default_max_connections() -> usize {
+    4096
 }
 
 /// Addresses this node listens on. Nothing else is opened.
@@ -90,6 +124,10 @@ pub struct ListenConfig {
     pub replication: Option<SocketAddr>,
     /// Prometheus metrics over HTTP. Optional.
     pub metrics: Option<SocketAddr>,
+    /// The proxy's read-write port: forwards to the current master's mariadbd. Optional.
+    pub proxy_rw: Option<SocketAddr>,
+    /// The proxy's read-only port: forwards to the local mariadbd. Optional.
+    pub proxy_ro: Option<SocketAddr>,
 }
 
 /// The local mariadbd this node supervises.
@@ -189,6 +227,8 @@ pub struct NodeConfig {
     /// The initial membership (the same list on every node).
     pub members: Vec<MemberConfig>,
     pub mariadb: MariaDbConfig,
+    #[serde(default)]
+    pub proxy: ProxySettings,
     pub tls: Option<TlsConfig>,
 }
 

@@ -55,6 +55,8 @@ pub struct NodeStatus {
     pub holds_lease: bool,
     /// Local monotonic ms until which the lease is held (valid while `holds_lease`).
     pub lease_until_ms: u64,
+    /// The master's lease is valid as far as this node knows (see `GlobalLogNode::master_lease_seen`).
+    pub master_lease_seen: bool,
     pub applied: u64,
     pub last_seq: Option<u64>,
     /// The global log's last GTID, `domain-server-seq` (empty before the first transaction).
@@ -259,6 +261,7 @@ impl Driver {
             master_version: st.master_version,
             holds_lease: self.node.holds_lease(now),
             lease_until_ms: self.node.lease_until(),
+            master_lease_seen: self.node.master_lease_seen(now),
             applied: st.applied,
             last_seq: st.last_gtid.map(|g| g.seq_no),
             last_gtid: st

@@ -22,6 +22,7 @@ use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
+use paxsql_proxy::{Proxy, ProxyConfig, Route};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -37,6 +38,8 @@ pub enum NodeError {
     Driver(#[from] driver::DriverError),
     #[error("local mariadbd: {0}")]
     MariaDb(#[from] crate::mariadb::MariaDbError),
+    #[error("proxy: {0}")]
+    Proxy(#[from] paxsql_proxy::ProxyError),
     #[error("{0}")]
     Other(String),
 }
@@ -152,6 +155,40 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         },
         local: local_tx,
     });
+    // The proxy: writes go to the master while this node sees its lease; reads to the local server.
+    let local_mariadb = cfg
+        .members
+        .iter()
+        .find(|m| m.id == cfg.node_id)
+        .and_then(|m| m.mariadb)
+        .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], cfg.mariadb.port)));
+    let (route_tx, route_rx) = watch::channel(Route::no_master("the node is starting"));
+    let mut proxy_task = None;
+    if cfg.listen.proxy_rw.is_some() || cfg.listen.proxy_ro.is_some() {
+        let pcfg = ProxyConfig {
+            rw_listen: cfg.listen.proxy_rw,
+            ro_listen: cfg.listen.proxy_ro,
+            local_backend: local_mariadb,
+            hold_during_election: Duration::from_millis(cfg.proxy.hold_during_election_ms),
+            proxy_protocol: cfg.proxy.proxy_protocol,
+            max_connections: cfg.proxy.max_connections,
+            ..ProxyConfig::default()
+        };
+        let proxy = Proxy::bind(pcfg, route_rx).await?;
+        tracing::info!(rw = ?proxy.rw_addr(), ro = ?proxy.ro_addr(), "proxy listening");
+        proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
+    }
+    let member_mariadb: std::collections::HashMap<u64, std::net::SocketAddr> =
+        cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?))).collect();
+    let route_task = tokio::spawn(publish_routes(
+        cfg.node_id,
+        local_mariadb,
+        member_mariadb,
+        handle.status.clone(),
+        serving.clone(),
+        route_tx,
+    ));
+
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
     let endpoints = Endpoints {
@@ -159,6 +196,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         mariadb_port: cfg.mariadb.port,
         peer: cfg.listen.peer.to_string(),
         replication_port: repl_port,
+        proxy_rw: cfg.listen.proxy_rw.map(|a| a.to_string()),
+        proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
         members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
     };
     let status_task = tokio::spawn(publish_status(
@@ -175,6 +214,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     tracing::info!("node stopping");
     roles_task.abort();
     status_task.abort();
+    route_task.abort();
+    if let Some(p) = proxy_task {
+        let _ = p.await;
+    }
     forward.abort();
     let _ = repl_task.await;
     offer(&inbox, Input::Shutdown);
@@ -189,7 +232,67 @@ struct Endpoints {
     mariadb_port: u16,
     peer: String,
     replication_port: u16,
+    proxy_rw: Option<String>,
+    proxy_ro: Option<String>,
     members: Vec<(u64, String)>,
+}
+
+/// Where the proxy sends writes, from what this node knows. A stale master must never serve (DESIGN §5): the
+/// local server only while it serves the current term under a held lease, another member's only while this node
+/// has seen that master's lease renewed less than a lease ago.
+fn route_for(
+    node_id: u64,
+    local: std::net::SocketAddr,
+    members: &std::collections::HashMap<u64, std::net::SocketAddr>,
+    st: &NodeStatus,
+    serving: Option<u64>,
+) -> Route {
+    if st.master_id == 0 {
+        return Route::no_master("no master elected yet (election in progress)");
+    }
+    if st.master_id == node_id {
+        return match serving {
+            Some(v) if st.holds_lease && v == st.master_version => {
+                Route::Master { node_id, master_version: v, addr: local }
+            }
+            _ => Route::no_master("this node is taking over as master (election in progress)"),
+        };
+    }
+    if !st.master_lease_seen {
+        return Route::no_master(
+            "the master's lease is not current here (election in progress, or this node is cut off)",
+        );
+    }
+    match members.get(&st.master_id) {
+        Some(addr) => Route::Master { node_id: st.master_id, master_version: st.master_version, addr: *addr },
+        None => Route::no_master(format!("node {} is master but its mariadb address is not configured", st.master_id)),
+    }
+}
+
+async fn publish_routes(
+    node_id: u64,
+    local: std::net::SocketAddr,
+    members: std::collections::HashMap<u64, std::net::SocketAddr>,
+    mut status: watch::Receiver<NodeStatus>,
+    mut serving: watch::Receiver<Option<u64>>,
+    routes: watch::Sender<Route>,
+) {
+    loop {
+        let route = route_for(node_id, local, &members, &status.borrow_and_update(), *serving.borrow_and_update());
+        routes.send_if_modified(|r| {
+            if *r == route {
+                return false;
+            }
+            tracing::info!(?route, "proxy route");
+            *r = route;
+            true
+        });
+        tokio::select! {
+            _ = status.changed() => {}
+            _ = serving.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
 }
 
 /// The admin service on the peer port: `Status` (the latest status, as published below) and `Backup` (a copy of
@@ -257,6 +360,12 @@ async fn publish_status(
         details.insert("mariadb".to_string(), format!("{}:{}", endpoints.host, endpoints.mariadb_port));
         details.insert("replication".to_string(), format!("{}:{}", endpoints.host, endpoints.replication_port));
         details.insert("peer".to_string(), endpoints.peer.clone());
+        if let Some(a) = &endpoints.proxy_rw {
+            details.insert("proxy_rw".to_string(), a.clone());
+        }
+        if let Some(a) = &endpoints.proxy_ro {
+            details.insert("proxy_ro".to_string(), a.clone());
+        }
         details.insert("node_pid".to_string(), std::process::id().to_string());
         details.insert("mariadbd_pid".to_string(), pid.map(|p| p.to_string()).unwrap_or_default());
         details.insert("serving_as_master".to_string(), serving_master.to_string());

@@ -1,0 +1,112 @@
+//! The proxy inside `paxsql node`, on a real three-node cluster: every node's read-write port reaches the master,
+//! the read-only port refuses writes with MariaDB's read-only error, sysbench runs through the read-write port, and
+//! after kill -9 of the master's node new connections through a surviving node succeed once a new master serves.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+
+/// SQL as the application account through node `id`'s proxy port `which` ("proxy_rw" or "proxy_ro").
+fn via(c: &Cluster, id: u64, which: &str, sql: &str, timeout: Duration) -> Result<String, String> {
+    let (host, port) = c.endpoint(id, which);
+    let out = Command::new("timeout")
+        .arg(format!("{}", timeout.as_secs_f64()))
+        // TCP through the proxy, never the server's socket; no TLS so that a proxy ERR reads plainly.
+        .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-uapp", "-N", "-B", "app"])
+        .arg(format!("-h{host}"))
+        .arg(format!("-P{port}"))
+        .env("MYSQL_PWD", c.password())
+        .arg("-e")
+        .arg(sql)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+#[test]
+fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
+    let c = Cluster::up(3, 26500);
+    let all = [1u64, 2, 3];
+    let (m, term) = c.master_term().expect("a master");
+    let r = all.into_iter().find(|n| *n != m).expect("a replica");
+
+    eprintln!("phase: writes through replica {r}'s read-write port reach master {m}");
+    via(&c, r, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10))
+        .expect("create through the proxy");
+    for n in all {
+        via(&c, n, "proxy_rw", &format!("INSERT INTO t VALUES ({n}, 'via {n}')"), Duration::from_secs(10))
+            .expect("insert through each node's proxy");
+    }
+    let server = via(&c, r, "proxy_rw", "SELECT @@port", Duration::from_secs(5)).expect("port");
+    assert_eq!(server, c.port(m).to_string(), "the read-write port must land on the master's mariadbd");
+
+    eprintln!("phase: read-only ports read the local replica and refuse writes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in all {
+        while via(&c, n, "proxy_ro", "SELECT COUNT(*) FROM t", Duration::from_secs(5)).as_deref() != Ok("3") {
+            assert!(Instant::now() < deadline, "node {n}'s read-only port never showed the writes\n{}", c.logs());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let err = via(&c, r, "proxy_ro", "INSERT INTO t VALUES (99, 'ro')", Duration::from_secs(5)).unwrap_err();
+    assert!(err.contains("1290") || err.contains("read-only"), "read-only port accepted a write: {err}");
+
+    eprintln!("phase: sysbench oltp_read_write, 8 threads, through the read-write port");
+    let (host, port) = c.endpoint(r, "proxy_rw");
+    let sb = |cmd: &str, extra: &[&str]| {
+        Command::new("timeout")
+            .arg("120")
+            .args([
+                "sysbench",
+                "oltp_read_write",
+                "--tables=2",
+                "--table-size=2000",
+                "--mysql-db=app",
+                "--mysql-user=app",
+            ])
+            .arg(format!("--mysql-password={}", c.password()))
+            .arg(format!("--mysql-host={host}"))
+            .arg(format!("--mysql-port={port}"))
+            .arg("--db-ps-mode=disable")
+            .args(extra)
+            .arg(cmd)
+            .output()
+            .expect("sysbench (deploy/install-deps.sh installs it)")
+    };
+    let prep = sb("prepare", &[]);
+    assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
+    let run = sb("run", &["--threads=8", "--time=10"]);
+    let text = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.status.success(), "sysbench run failed: {text}{}", String::from_utf8_lossy(&run.stderr));
+    let tps = text.lines().find(|l| l.contains("transactions:")).unwrap_or("").to_string();
+    eprintln!("sysbench through the proxy: {}", tps.trim());
+    assert!(!tps.is_empty() && !tps.contains(" 0 "), "no transactions: {text}");
+
+    eprintln!("phase: kill -9 master {m}'s node; new connections through node {r}'s proxy succeed after the election");
+    let killed = Instant::now();
+    c.kill9_node(m);
+    let survivor = all.into_iter().find(|n| *n != m).expect("survivor");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The proxy holds a new connection during the election, so one attempt usually rides it out.
+        match via(&c, survivor, "proxy_rw", "INSERT INTO t VALUES (1000, 'after failover')", Duration::from_secs(10)) {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no write through the proxy after the failover: {e}\n{}", c.logs());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    eprintln!("first write through the proxy {:?} after the kill", killed.elapsed());
+    let (m2, _) = c.wait_new_term(term, Duration::from_secs(30));
+    assert_ne!(m2, m);
+    let port_now = via(&c, survivor, "proxy_rw", "SELECT @@port", Duration::from_secs(10)).expect("port");
+    assert_eq!(port_now, c.port(m2).to_string(), "the read-write port must follow the new master");
+}
