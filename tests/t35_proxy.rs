@@ -47,6 +47,37 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     let server = via(&c, r, "proxy_rw", "SELECT @@port", Duration::from_secs(5)).expect("port");
     assert_eq!(server, c.port(m).to_string(), "the read-write port must land on the master's mariadbd");
 
+    eprintln!("phase: the admin SQL port and /metrics describe the cluster");
+    let (host, admin_port) = c.endpoint(r, "admin_sql");
+    let admin_pw = std::fs::read_to_string(c.dir.path().join("secrets/admin_sql.password")).expect("admin password");
+    let out = Command::new("timeout")
+        .args(["10", "mariadb", "--protocol=tcp", "--skip-ssl", "-upaxsql", "-N", "-B"])
+        .arg(format!("-h{host}"))
+        .arg(format!("-P{admin_port}"))
+        .env("MYSQL_PWD", admin_pw.trim())
+        .args(["-e", "SELECT * FROM paxsql.master"])
+        .output()
+        .expect("mariadb client");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "admin SQL port: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.split_whitespace().next(), Some(m.to_string().as_str()), "paxsql.master: {text}");
+    let bad = Command::new("timeout")
+        .args(["10", "mariadb", "--protocol=tcp", "--skip-ssl", "-upaxsql", "-pwrong"])
+        .arg(format!("-h{host}"))
+        .arg(format!("-P{admin_port}"))
+        .args(["-e", "SELECT * FROM paxsql.master"])
+        .output()
+        .expect("mariadb client");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("1045"), "a wrong admin password must get 1045");
+    let (host, metrics_port) = c.endpoint(r, "metrics");
+    let mut s = std::net::TcpStream::connect((host.as_str(), metrics_port)).expect("metrics port");
+    use std::io::{Read, Write};
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("request");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    assert!(body.contains("paxsql_master_version"), "metrics: {body}");
+
     eprintln!("phase: read-only ports read the local replica and refuse writes");
     let deadline = Instant::now() + Duration::from_secs(30);
     for n in all {

@@ -188,6 +188,8 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          replication = \"{host}:{repl}\"\n\
          proxy_rw = \"{host}:{prw}\"\n\
          proxy_ro = \"{host}:{pro}\"\n\
+         admin = \"{host}:{admin}\"\n\
+         metrics = \"{host}:{metrics}\"\n\
          \n[mariadb]\n\
          port = {port}\n\
          socket = \"{d}/run/mysqld.sock\"\n\
@@ -195,7 +197,10 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
          defaults_file = \"{d}/my.cnf\"\n\
          replication_password_file = \"{s}/replication.password\"\n\
          admin_password_file = \"{s}/admin.password\"\n\
-         error_log = \"{d}/log/mariadbd.err\"\n",
+         error_log = \"{d}/log/mariadbd.err\"\n\
+         \n[admin]\n\
+         user = \"paxsql\"\n\
+         password_file = \"{s}/admin_sql.password\"\n",
         id = n.id,
         host = n.host,
         s = s.display(),
@@ -203,6 +208,8 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
         repl = n.replication_port,
         prw = n.proxy_rw_port,
         pro = n.proxy_ro_port,
+        admin = n.admin_port,
+        metrics = n.admin_port + 3,
         port = n.mariadb_port,
     );
     for m in all {
@@ -341,6 +348,7 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
     write_secret(&dir.join("secrets/cluster.secret"), &random_secret(40))?;
     write_secret(&dir.join("secrets/admin.password"), &admin_pw)?;
     write_secret(&dir.join("secrets/replication.password"), &repl_pw)?;
+    write_secret(&dir.join("secrets/admin_sql.password"), &random_secret(24))?;
     let nodes: Vec<NodeLayout> = (1..=count).map(|id| NodeLayout::new(&dir, id, base, address_per_node)).collect();
     let file = ClusterFile {
         cluster_id: cluster_id.clone(),
@@ -445,6 +453,8 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
                 "replication": format!("{}:{}", n.host, n.replication_port),
                 "proxy_rw": format!("{}:{}", n.host, n.proxy_rw_port),
                 "proxy_ro": format!("{}:{}", n.host, n.proxy_ro_port),
+                "admin_sql": format!("{}:{}", n.host, n.admin_port),
+                "metrics": format!("{}:{}", n.host, n.admin_port + 3),
             },
             "database": st["database"],
             "database_detail": st["database_detail"],

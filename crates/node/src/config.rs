@@ -80,6 +80,16 @@ pub struct MemberConfig {
     pub mariadb: Option<SocketAddr>,
 }
 
+/// Who may log in to the admin SQL port.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSettings {
+    /// User name. Default `paxsql`.
+    pub user: Option<String>,
+    /// File holding its password (one line). Required when `listen.admin` is set.
+    pub password_file: Option<PathBuf>,
+}
+
 /// The MySQL-protocol proxy (DESIGN §7).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -117,7 +127,8 @@ fn default_max_connections() -> usize {
 pub struct ListenConfig {
     /// Paxos messages from the other members (gRPC). Required.
     pub peer: SocketAddr,
-    /// Admin and status endpoint. Optional.
+    /// The admin SQL port (`mariadb -P<port>`: `SELECT * FROM paxsql.members`, `paxsql.master`, `SHOW STATUS`).
+    /// Optional; needs `[admin] password_file`.
     pub admin: Option<SocketAddr>,
     /// The MariaDB replication endpoint the local mariadbd replicates from. Keep it on loopback. Optional until the
     /// node serves replicas.
@@ -229,6 +240,8 @@ pub struct NodeConfig {
     pub mariadb: MariaDbConfig,
     #[serde(default)]
     pub proxy: ProxySettings,
+    #[serde(default)]
+    pub admin: AdminSettings,
     pub tls: Option<TlsConfig>,
 }
 
@@ -254,6 +267,9 @@ impl NodeConfig {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.node_id == 0 {
             return bad("node_id must not be 0".into());
+        }
+        if self.listen.admin.is_some() && self.admin.password_file.is_none() {
+            return bad("listen.admin is set: [admin] password_file is required".into());
         }
         if self.cluster_id.trim().is_empty() {
             return bad("cluster_id must not be empty".into());

@@ -88,6 +88,18 @@ impl LocalMariaDb {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        // mariadbd dies with its node, by SIGKILL (the only safe way, DESIGN §3): a node that crashed must not leave
+        // a server behind that still takes writes with read_only=OFF while another member becomes master.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn().map_err(|source| MariaDbError::Spawn { binary: self.cfg.mariadbd.clone(), source })?;
         tracing::info!(pid = child.id(), "mariadbd started");
         self.child = Some(child);

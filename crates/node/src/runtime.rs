@@ -22,6 +22,9 @@ use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
+use paxsql_admin_sql::{
+    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
+};
 use paxsql_proxy::{Proxy, ProxyConfig, Route};
 
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +192,34 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         route_tx,
     ));
 
+    // Admin SQL port and Prometheus metrics, both fed from the status published below.
+    let (view_tx, view_rx) = watch::channel(ClusterView::default());
+    let mut admin_tasks = Vec::new();
+    if let Some(addr) = cfg.listen.admin {
+        let password_file =
+            cfg.admin.password_file.as_ref().ok_or_else(|| NodeError::Other("[admin] password_file".into()))?;
+        let auth = AdminAuth {
+            user: cfg.admin.user.clone().unwrap_or_else(|| "paxsql".into()),
+            password: NodeConfig::read_password(password_file)?,
+        };
+        let stop_admin = shutdown.clone();
+        let server = AdminSqlServer::bind(addr, auth, view_rx.clone())
+            .await
+            .map_err(|e| NodeError::Other(format!("admin SQL port {addr}: {e}")))?;
+        admin_tasks.push(tokio::spawn(async move {
+            let _ = server.run(stop_admin).await;
+        }));
+    }
+    if let Some(addr) = cfg.listen.metrics {
+        let server = MetricsServer::bind(addr, Metrics::new(cfg.node_id), view_rx.clone())
+            .await
+            .map_err(|e| NodeError::Other(format!("metrics endpoint {addr}: {e}")))?;
+        let stop = shutdown.clone();
+        admin_tasks.push(tokio::spawn(async move {
+            let _ = server.run(stop).await;
+        }));
+    }
+
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
     let status_path = cfg.data_dir.join("status.json");
     let endpoints = Endpoints {
@@ -199,6 +230,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         proxy_rw: cfg.listen.proxy_rw.map(|a| a.to_string()),
         proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
         members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
+        member_mariadb: cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?.to_string()))).collect(),
     };
     let status_task = tokio::spawn(publish_status(
         ctx.clone(),
@@ -206,6 +238,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         serving,
         status_path,
         admin_status_tx,
+        view_tx,
         endpoints,
     ));
     tracing::info!(peer = %peer_server.local_addr(), replication = repl_port, "node running");
@@ -215,6 +248,9 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     roles_task.abort();
     status_task.abort();
     route_task.abort();
+    for t in admin_tasks {
+        t.abort();
+    }
     if let Some(p) = proxy_task {
         let _ = p.await;
     }
@@ -235,6 +271,7 @@ struct Endpoints {
     proxy_rw: Option<String>,
     proxy_ro: Option<String>,
     members: Vec<(u64, String)>,
+    member_mariadb: std::collections::HashMap<u64, String>,
 }
 
 /// Where the proxy sends writes, from what this node knows. A stale master must never serve (DESIGN §5): the
@@ -337,6 +374,7 @@ async fn publish_status(
     serving: watch::Receiver<Option<u64>>,
     path: PathBuf,
     admin: watch::Sender<StatusReply>,
+    view: watch::Sender<ClusterView>,
     endpoints: Endpoints,
 ) {
     let mut last_pid = None;
@@ -345,11 +383,13 @@ async fn publish_status(
         let local_role = ctx.local.borrow().clone();
         let mut pid = last_pid;
         let mut local_seq = None;
+        let mut local_gtid = None;
         // A rebuild or a start holds the database for a long time: report without it meanwhile.
         if let Ok(db) = ctx.mariadb.try_lock() {
             pid = db.pid();
             last_pid = pid;
             if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
+                local_gtid = Some(pos.clone());
                 let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
                 local_seq = Some(seq);
                 offer(&ctx.inbox, Input::SetProgress(seq));
@@ -397,6 +437,41 @@ async fn publish_status(
                 .collect(),
             chosen_up_to: st.applied,
             details,
+        });
+        let me = st.node_id;
+        let mine = |id: u64, what: &Option<String>| if id == me { what.clone() } else { None };
+        view.send_replace(ClusterView {
+            node_id: me,
+            role: if serving_master { "master".into() } else { local_role.name().to_string() },
+            master_id: Some(st.master_id).filter(|m| *m != 0),
+            master_version: st.master_version,
+            holds_lease: st.holds_lease,
+            lease_remaining_ms: None,
+            applied_instance: st.applied,
+            applied_gtid: local_gtid.clone(),
+            global_last_gtid: st.last_gtid.clone(),
+            lag_transactions: local_seq.zip(st.last_seq).map(|(l, g)| g.saturating_sub(l)),
+            paxos: PaxosView { chosen_up_to: st.applied, proposals_in_flight: 0, promised_ballot: st.promised.clone() },
+            members: endpoints
+                .members
+                .iter()
+                .map(|(id, peer)| MemberView {
+                    node_id: *id,
+                    peer: peer.clone(),
+                    mariadb: endpoints.member_mariadb.get(id).cloned(),
+                    proxy_rw: mine(*id, &endpoints.proxy_rw),
+                    proxy_ro: mine(*id, &endpoints.proxy_ro),
+                    admin: None,
+                    role: Some(if *id == st.master_id { "master" } else { "member" }.to_string()),
+                    reachable: *id == me || st.members.contains(id),
+                })
+                .collect(),
+            master: Some(st.master_id).filter(|m| *m != 0).map(|m| MasterView {
+                node_id: m,
+                master_version: st.master_version,
+                mariadb: endpoints.member_mariadb.get(&m).cloned(),
+                proxy_rw: mine(m, &endpoints.proxy_rw),
+            }),
         });
         let file = StatusFile {
             node_id: st.node_id,

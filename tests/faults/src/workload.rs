@@ -30,13 +30,14 @@ pub struct Endpoint {
     pub port: u16,
 }
 
-/// The write endpoint: today the mariadbd of the node serving the newest master term (by the nodes' status
-/// files, as `paxsql cluster status` reads them). When the proxy listens, this becomes a node's proxy RW port
-/// (`NodeLayout::proxy_rw_port`), and nothing else in the suite changes.
+/// The write endpoint: the proxy read-write port of the node serving the newest master term (by the nodes'
+/// status files, as `paxsql cluster status` reads them).
 pub fn write_endpoint(nodes: &[NodeLayout], view: &ClusterView) -> Option<Endpoint> {
+    // Through the master node's proxy read-write port, as an application would connect: the proxy forwards only
+    // while that node serves under a valid lease and cuts its connections when the term ends.
     let m = view.master()?;
     let n = nodes.iter().find(|n| n.id == m)?;
-    Some(Endpoint { node: n.id, host: n.host.clone(), port: n.mariadb_port })
+    Some(Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port })
 }
 
 /// A node's own mariadbd (for reads checked on every node).
