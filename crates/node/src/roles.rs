@@ -417,7 +417,12 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         }
     });
     let mut assembler = TransactionAssembler::new();
-    let result = loop {
+    // Answers of proposals not yet looked at. The capture does not wait for each one before reading the next
+    // transaction: the driver then finds many proposals per round and batches them into one Paxos instance (one
+    // fsync per round instead of one per transaction). ACKs still come only from the applied log, above.
+    let mut answers: VecDeque<(Gtid, oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>)> =
+        VecDeque::new();
+    let result = 'capture: loop {
         let event = match client.next_event().await {
             Ok(e) => e,
             Err(e) => break Err(CaptureError::Client(e)),
@@ -442,10 +447,16 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         if send_input(&ctx.inbox, input).await.is_err() {
             break Err(CaptureError::DriverGone);
         }
-        match answer.await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => break Err(CaptureError::Refused(trx.gtid)),
-            Err(_) => break Err(CaptureError::DriverGone),
+        answers.push_back((trx.gtid, answer));
+        while let Some((gtid, answer)) = answers.front_mut() {
+            match answer.try_recv() {
+                Ok(Ok(())) => {
+                    answers.pop_front();
+                }
+                Ok(Err(_)) => break 'capture Err(CaptureError::Refused(*gtid)),
+                Err(oneshot::error::TryRecvError::Empty) => break,
+                Err(oneshot::error::TryRecvError::Closed) => break 'capture Err(CaptureError::DriverGone),
+            }
         }
     };
     acker.abort();
