@@ -94,7 +94,18 @@ pub async fn run(
                 .iter()
                 .copied()
                 .filter(|id| {
-                    view.nodes.iter().any(|v| v.id == *id && v.fresh() && v.holds_lease && v.serving_as_master)
+                    // Only a claim written within the node's last status interval (500 ms) says the lease is held
+                    // now: a paused process's file keeps saying "lease held" long after its lease ran out, and
+                    // pairing it with the new master's claim was a false alarm (CI, pause-master: ages 1481 / 17
+                    // ms). Whether two masters ever acknowledged in overlapping intervals is what the register
+                    // and append histories check.
+                    view.nodes.iter().any(|v| {
+                        v.id == *id
+                            && v.fresh()
+                            && v.status_age < Duration::from_millis(700)
+                            && v.holds_lease
+                            && v.serving_as_master
+                    })
                 })
                 .collect();
             if claimants.len() >= 2 {
