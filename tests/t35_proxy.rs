@@ -11,23 +11,7 @@ use common::Cluster;
 
 /// SQL as the application account through node `id`'s proxy port `which` ("proxy_rw" or "proxy_ro").
 fn via(c: &Cluster, id: u64, which: &str, sql: &str, timeout: Duration) -> Result<String, String> {
-    let (host, port) = c.endpoint(id, which);
-    let out = Command::new("timeout")
-        .arg(format!("{}", timeout.as_secs_f64()))
-        // TCP through the proxy, never the server's socket; no TLS so that a proxy ERR reads plainly.
-        .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-uapp", "-N", "-B", "app"])
-        .arg(format!("-h{host}"))
-        .arg(format!("-P{port}"))
-        .env("MYSQL_PWD", c.password())
-        .arg("-e")
-        .arg(sql)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr).trim()))
-    }
+    c.sql_via(id, which, sql, timeout)
 }
 
 #[test]

@@ -167,11 +167,17 @@ impl Cluster {
 
     /// Runs SQL as the application account on node `id`, with a time limit. Ok(stdout) or Err(stderr).
     pub fn sql(&self, id: u64, sql: &str, timeout: Duration) -> Result<String, String> {
-        let (host, port) = self.endpoint(id, "mariadb");
+        self.sql_via(id, "mariadb", sql, timeout)
+    }
+
+    /// Like [`Cluster::sql`], through node `id`'s endpoint `which` ("mariadb", "proxy_rw", "proxy_ro"): always
+    /// TCP (never the server's socket) and without TLS, so that a proxy's ERR packet reads plainly.
+    pub fn sql_via(&self, id: u64, which: &str, sql: &str, timeout: Duration) -> Result<String, String> {
+        let (host, port) = self.endpoint(id, which);
         // Network faults only ever cut Paxos (peer port) traffic, so clients reach every node.
         let out = command(&self.netns, "timeout")
             .arg(format!("{}", timeout.as_secs_f64()))
-            .args(["mariadb", "-uapp", "-N", "-B", "app"])
+            .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-uapp", "-N", "-B", "app"])
             .arg(format!("-h{host}"))
             .arg(format!("-P{port}"))
             .env("MYSQL_PWD", self.password())

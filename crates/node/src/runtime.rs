@@ -414,8 +414,9 @@ async fn publish_status(
         if !why.is_empty() {
             details.insert("database_detail".to_string(), why);
         }
-        if let (Some(local), Some(global)) = (local_seq, st.last_seq) {
-            details.insert("lag_transactions".to_string(), global.saturating_sub(local).to_string());
+        let lag = local_seq.zip(st.last_seq).map(|(local, global)| global.saturating_sub(local));
+        if let Some(lag) = lag {
+            details.insert("lag_transactions".to_string(), lag.to_string());
         }
         admin.send_replace(StatusReply {
             node_id: st.node_id,
@@ -450,7 +451,7 @@ async fn publish_status(
             applied_instance: st.applied,
             applied_gtid: local_gtid.clone(),
             global_last_gtid: st.last_gtid.clone(),
-            lag_transactions: local_seq.zip(st.last_seq).map(|(l, g)| g.saturating_sub(l)),
+            lag_transactions: lag,
             paxos: PaxosView { chosen_up_to: st.applied, proposals_in_flight: 0, promised_ballot: st.promised.clone() },
             members: endpoints
                 .members
