@@ -55,6 +55,8 @@ pub struct NodeStatus {
     pub holds_lease: bool,
     /// Local monotonic ms until which the lease is held (valid while `holds_lease`).
     pub lease_until_ms: u64,
+    /// The same deadline in wall-clock ms since the Unix epoch (0 while the lease is not held).
+    pub lease_until_unix_ms: u64,
     /// The master's lease is valid as far as this node knows (see `GlobalLogNode::master_lease_seen`).
     pub master_lease_seen: bool,
     pub applied: u64,
@@ -80,14 +82,27 @@ pub struct DriverHandle {
 }
 
 /// Milliseconds on a monotonic clock that starts at 1 when the process does.
-pub struct MonotonicClock(Instant);
+pub struct MonotonicClock {
+    start: Instant,
+    /// Wall-clock ms since the Unix epoch at `start`, to show a local deadline to people and tools.
+    start_unix_ms: u64,
+}
 
 impl MonotonicClock {
     pub fn new() -> Self {
-        MonotonicClock(Instant::now())
+        let start_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        MonotonicClock { start: Instant::now(), start_unix_ms }
     }
     pub fn now_ms(&self) -> u64 {
-        self.0.elapsed().as_millis() as u64 + 1
+        self.start.elapsed().as_millis() as u64 + 1
+    }
+    /// A local time as wall-clock ms since the Unix epoch (by the wall clock at process start: a later wall-clock
+    /// step does not move it, so it is only for display and for tools on the same machine).
+    pub fn to_unix_ms(&self, local_ms: u64) -> u64 {
+        self.start_unix_ms + local_ms.saturating_sub(1)
     }
 }
 
@@ -261,6 +276,11 @@ impl Driver {
             master_version: st.master_version,
             holds_lease: self.node.holds_lease(now),
             lease_until_ms: self.node.lease_until(),
+            lease_until_unix_ms: if self.node.holds_lease(now) {
+                self.clock.to_unix_ms(self.node.lease_until())
+            } else {
+                0
+            },
             master_lease_seen: self.node.master_lease_seen(now),
             applied: st.applied,
             last_seq: st.last_gtid.map(|g| g.seq_no),

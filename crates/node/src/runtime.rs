@@ -63,6 +63,10 @@ struct StatusFile<'a> {
     master_id: u64,
     master_version: u64,
     holds_lease: bool,
+    /// Until when (wall-clock ms since the Unix epoch) this node holds the lease; absent when it does not. A
+    /// paused process's file keeps `holds_lease: true`, while this deadline shows that the lease ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_until_unix_ms: Option<u64>,
     serving_as_master: bool,
     applied_instance: u64,
     global_last_gtid: &'a str,
@@ -447,7 +451,7 @@ async fn publish_status(
             master_id: Some(st.master_id).filter(|m| *m != 0),
             master_version: st.master_version,
             holds_lease: st.holds_lease,
-            lease_remaining_ms: None,
+            lease_remaining_ms: st.holds_lease.then(|| st.lease_until_unix_ms.saturating_sub(unix_now_ms())),
             applied_instance: st.applied,
             applied_gtid: local_gtid.clone(),
             global_last_gtid: st.last_gtid.clone(),
@@ -480,6 +484,7 @@ async fn publish_status(
             master_id: st.master_id,
             master_version: st.master_version,
             holds_lease: st.holds_lease,
+            lease_until_unix_ms: Some(st.lease_until_unix_ms).filter(|_| st.holds_lease),
             serving_as_master: serving.borrow().is_some(),
             applied_instance: st.applied,
             global_last_gtid: &st.last_gtid,
@@ -497,4 +502,9 @@ async fn publish_status(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Wall-clock ms since the Unix epoch (0 if the clock is before it).
+fn unix_now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

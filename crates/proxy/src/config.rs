@@ -22,7 +22,8 @@ pub struct ProxyConfig {
     pub ro_listen: Option<SocketAddr>,
     /// This node's mariadbd (a read-only replica unless this node is the master).
     pub local_backend: SocketAddr,
-    /// How long a new RW connection waits for a master when none is known, before it gets an ERR packet.
+    /// How long a new RW connection waits for a master when none is known, or while the known master refuses
+    /// connections (its mariadbd died and its lease has not run out yet), before it gets an ERR packet.
     pub hold_during_election: Duration,
     /// Bound on connecting to a backend and sending it the PROXY header.
     pub connect_timeout: Duration,

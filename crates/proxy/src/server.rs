@@ -188,7 +188,11 @@ async fn refuse(mut client: TcpStream, err: ErrPacket) {
     .await;
 }
 
-/// RW port: find a master (waiting up to the hold time), connect, forward until the route moves away.
+/// How often a held client retries a master whose mariadbd refused it, while the route does not change.
+const UNREACHABLE_RETRY: Duration = Duration::from_millis(200);
+
+/// RW port: find a master and connect to it (waiting up to the hold time, through elections and through a dead
+/// master's remaining lease), forward until the route moves away.
 async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) {
     let mut routes = shared.routes.clone();
     let deadline = Instant::now() + shared.cfg.hold_during_election;
@@ -205,6 +209,23 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 };
                 let server = match connected {
                     Ok(server) => server,
+                    Err(e) if Instant::now() < deadline => {
+                        // A master whose mariadbd died still holds its lease until it runs out and another member
+                        // takes over: hold the client through that election, as for NoMaster, instead of failing
+                        // it. Try again on the next route, or after a short pause if the route stays.
+                        debug!(node_id, master_version, error = %e, "master unreachable; holding the client");
+                        let retry_at = deadline.min(Instant::now() + UNREACHABLE_RETRY);
+                        let changed = tokio::select! {
+                            _ = &mut shutdown => return,
+                            changed = tokio::time::timeout_at(retry_at, routes.changed()) => changed,
+                        };
+                        if matches!(changed, Ok(Err(_))) {
+                            refuse(client, ErrPacket::connection_failure("paxsql: the node stopped publishing routes"))
+                                .await;
+                            return;
+                        }
+                        continue;
+                    }
                     Err(e) => {
                         warn!(node_id, master_version, error = %e, "master unreachable");
                         shared.stats.refused_backend_unreachable();

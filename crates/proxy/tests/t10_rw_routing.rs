@@ -144,17 +144,28 @@ async fn rw_port_holds_refuses_forwards_and_cuts() -> anyhow::Result<()> {
     let err = server_error(Conn::new(root.clone()).await)?;
     ensure!(err.message.contains("paxsql: no master: this node is in a minority"), "{:?}", err.message);
 
-    phase("unreachable master: ERR naming it, within connect_timeout");
+    phase("unreachable master (its mariadbd died, its lease not yet over): the client is held, then served");
     let nobody = PORTS.next(); // nothing listens there
     proxy.set_route(Route::Master { node_id: 9, master_version: 4, addr: nobody });
+    let waiting = tokio::spawn(Conn::new(root.clone()));
+    tokio::time::sleep(HOLD / 3).await;
+    ensure!(!waiting.is_finished(), "a client of an unreachable master was answered before the hold time");
+    proxy.set_route(master(1, 5, &a));
+    let mut held = tokio::time::timeout(Duration::from_secs(10), waiting).await???;
+    ensure!(server_id_of(&mut held).await? == 1);
+    ensure!(proxy.stats.snapshot().refused_backend_unreachable == 0, "{:?}", proxy.stats.snapshot());
+
+    phase("unreachable master for the whole hold time: ERR naming it");
+    proxy.set_route(Route::Master { node_id: 9, master_version: 6, addr: nobody });
     let start = Instant::now();
     let err = server_error(Conn::new(root.clone()).await)?;
+    let elapsed = start.elapsed();
     ensure!(err.code == 1053 && err.message.contains("paxsql: master unreachable"), "{err:?}");
-    ensure!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+    ensure!(elapsed >= HOLD && elapsed < HOLD + Duration::from_secs(3), "took {elapsed:?}");
     ensure!(proxy.stats.snapshot().refused_backend_unreachable == 1);
 
     phase("shutdown: run returns and forwarded connections close");
-    proxy.set_route(master(1, 5, &a));
+    proxy.set_route(master(1, 7, &a));
     let mut c4 = Conn::new(root.clone()).await?;
     ensure!(server_id_of(&mut c4).await? == 1);
     let stats = std::sync::Arc::clone(&proxy.stats);

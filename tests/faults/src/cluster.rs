@@ -139,6 +139,8 @@ pub struct NodeView {
     pub holds_lease: bool,
     pub serving_as_master: bool,
     pub master_version: u64,
+    /// Until when (wall-clock ms since the Unix epoch) the node held the lease when it wrote the file; 0 if not.
+    pub lease_until_unix_ms: u64,
     /// The node rewrites its status every 500 ms; an older file (a paused or dead node) says nothing current.
     pub status_age: Duration,
 }
@@ -146,6 +148,13 @@ pub struct NodeView {
 impl NodeView {
     pub fn fresh(&self) -> bool {
         self.node_alive && self.status_age < Duration::from_millis(1500)
+    }
+
+    /// The node's own claim, by its last status file, to hold the lease at wall-clock time `now_unix_ms`. The
+    /// node writes its lease deadline (all nodes share this machine's clock), so a paused process's old file
+    /// does not count as a claim once its deadline has passed.
+    pub fn claims_lease_at(&self, now_unix_ms: u64) -> bool {
+        self.node_alive && self.holds_lease && self.serving_as_master && self.lease_until_unix_ms > now_unix_ms
     }
 }
 
@@ -255,6 +264,7 @@ impl TestCluster {
                     v.holds_lease = st["holds_lease"] == true;
                     v.serving_as_master = st["serving_as_master"] == true;
                     v.master_version = st["master_version"].as_u64().unwrap_or(0);
+                    v.lease_until_unix_ms = st["lease_until_unix_ms"].as_u64().unwrap_or(0);
                 }
                 v
             })

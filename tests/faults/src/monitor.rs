@@ -3,12 +3,13 @@
 //!
 //! Two nodes with `read_only=0` in the same round is measured and reported as a window (a stale master is
 //! writable until its node demotes it, but cannot acknowledge: its commits wait for a Paxos ACK that never
-//! comes). It is a violation only when both also claim, by fresh status files, to hold the lease and serve as
-//! master. The strict property — never two nodes acknowledging writes — is what the histories check.
+//! comes). It is a violation only when both also claim, by their status files, to serve as master under a lease
+//! whose deadline has not passed. The strict property — never two nodes acknowledging writes — is what the
+//! histories check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -44,6 +45,8 @@ pub async fn run(
     while !stop.load(Ordering::Relaxed) {
         let round_start = Instant::now();
         let view = cluster.view();
+        let round_unix_ms =
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let ep = write_endpoint(&cluster.nodes, &view);
         match view.master() {
             None => report.no_master_rounds += 1,
@@ -94,18 +97,12 @@ pub async fn run(
                 .iter()
                 .copied()
                 .filter(|id| {
-                    // Only a claim written within the node's last status interval (500 ms) says the lease is held
-                    // now: a paused process's file keeps saying "lease held" long after its lease ran out, and
-                    // pairing it with the new master's claim was a false alarm (CI, pause-master: ages 1481 / 17
-                    // ms). Whether two masters ever acknowledged in overlapping intervals is what the register
-                    // and append histories check.
-                    view.nodes.iter().any(|v| {
-                        v.id == *id
-                            && v.fresh()
-                            && v.status_age < Duration::from_millis(700)
-                            && v.holds_lease
-                            && v.serving_as_master
-                    })
+                    // A claim counts while the deadline the node wrote has not passed: a paused process's file
+                    // keeps saying "lease held" long after its lease ran out (CI, pause-master: a file 1481 ms old
+                    // paired with the new master's claim was a false alarm before the deadline was written).
+                    // Whether two masters ever acknowledged in overlapping intervals is what the register and
+                    // append histories check.
+                    view.nodes.iter().any(|v| v.id == *id && v.claims_lease_at(round_unix_ms))
                 })
                 .collect();
             if claimants.len() >= 2 {

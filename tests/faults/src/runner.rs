@@ -223,8 +223,15 @@ async fn run_schedule_inner(
     };
     let monitor = tokio::spawn(monitor::run(cluster.clone(), ep_tx, stop_monitor.clone()));
     let mut banks = Vec::new();
+    // Every other transfer client goes through the client library (all proxies' RW ports), the others through
+    // the master node's proxy directly.
+    let proxies: Vec<String> = cluster.nodes.iter().map(|n| format!("{}:{}", n.host, n.proxy_rw_port)).collect();
     for i in 0..mix.bank {
-        banks.push(tokio::spawn(workload::bank_client(ctx.clone(), seed ^ (100 + i))));
+        if i % 2 == 1 {
+            banks.push(tokio::spawn(workload::bank_library_client(ctx.clone(), seed ^ (100 + i), proxies.clone())));
+        } else {
+            banks.push(tokio::spawn(workload::bank_client(ctx.clone(), seed ^ (100 + i))));
+        }
     }
     banks.push(tokio::spawn(workload::bank_reader(ctx.clone(), cluster.nodes.clone())));
     let registers: Vec<_> =

@@ -1,6 +1,7 @@
 //! The workloads: concurrent clients (tokio tasks on the namespaced runtime, one MySQL connection each) that
 //! record what they asked, when, and how it ended. Every write goes to [`write_endpoint`] — the one place that
-//! decides where a client sends writes.
+//! decides where a client sends writes —, except [`bank_library_client`]'s, which go through the paxsql client
+//! library given every node's proxy, as a Rust application would connect.
 //!
 //! Outcomes: `Ok`; `Fail` only when the server refused before anything could commit (read-only, deadlock, lock
 //! wait, or an error before COMMIT was sent, after which the dropped connection rolls the transaction back);
@@ -240,6 +241,59 @@ pub async fn bank_client(ctx: ClientContext, seed: u64) -> BankResult {
         let (outcome, _) = classify(ctx.op_timeout, &committing, body).await;
         if outcome != Outcome::Ok {
             session.conn = None;
+        }
+        res.counts.add(outcome);
+    }
+    res
+}
+
+/// One transfer client on the paxsql client library, given every node's proxy read-write port: the library finds
+/// the master itself, rides out failovers, and retries a transaction only where nothing can have committed.
+pub async fn bank_library_client(ctx: ClientContext, seed: u64, endpoints: Vec<String>) -> BankResult {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut res = BankResult::default();
+    let client = match paxsql_client::Client::builder()
+        .endpoints(endpoints)
+        .user(ctx.app.user.clone())
+        .password(ctx.app.password.clone())
+        .database(ctx.app.database.clone())
+        .connect_timeout(Duration::from_secs(1))
+        .failover_deadline(ctx.op_timeout)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            res.violations.push(format!("client library refused its configuration: {e}"));
+            return res;
+        }
+    };
+    let t = format!("bank_{}", ctx.suffix);
+    while !ctx.stopped() {
+        let from = rng.gen_range(0..BANK_ACCOUNTS);
+        let to = (from + rng.gen_range(1..BANK_ACCOUNTS)) % BANK_ACCOUNTS;
+        let amount = rng.gen_range(1..=30i64);
+        let select = format!("SELECT id, balance FROM {t} WHERE id IN (?, ?) ORDER BY id FOR UPDATE");
+        let debit = format!("UPDATE {t} SET balance = balance - ? WHERE id = ?");
+        let credit = format!("UPDATE {t} SET balance = balance + ? WHERE id = ?");
+        let body = client.run_transaction(async move |tx| {
+            let rows: Vec<(i64, i64)> = tx.exec(&select, (from, to)).await?;
+            let balance = rows.iter().find(|r| r.0 == from).map(|r| r.1).unwrap_or(0);
+            if balance >= amount {
+                tx.exec_drop(&debit, (amount, from)).await?;
+                tx.exec_drop(&credit, (amount, to)).await?;
+            }
+            Ok(())
+        });
+        // The library's own deadline ends a failover wait; this bound only catches a request that hangs, whose
+        // COMMIT may have been sent.
+        let outcome = match tokio::time::timeout(ctx.op_timeout * 2, body).await {
+            Ok(Ok(())) => Outcome::Ok,
+            Ok(Err(paxsql_client::Error::OutcomeUnknown { .. })) | Err(_) => Outcome::Unknown,
+            Ok(Err(paxsql_client::Error::Driver(_))) => Outcome::Unknown,
+            Ok(Err(_)) => Outcome::Fail,
+        };
+        if outcome == Outcome::Fail {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         res.counts.add(outcome);
     }
