@@ -14,6 +14,23 @@ fn via(c: &Cluster, id: u64, which: &str, sql: &str, timeout: Duration) -> Resul
     c.sql_via(id, which, sql, timeout)
 }
 
+/// Node `id`'s Prometheus text from `/metrics`.
+fn metrics_of(c: &Cluster, id: u64) -> String {
+    use std::io::{Read, Write};
+    let (host, port) = c.endpoint(id, "metrics");
+    let mut s = std::net::TcpStream::connect((host.as_str(), port)).expect("metrics port");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("request");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// The value of the first sample whose series name starts with `name` (labels follow it).
+fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines().find(|l| l.starts_with(name))?.rsplit(' ').next()?.parse().ok()
+}
+
 #[test]
 fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     let c = Cluster::up(3, 26500);
@@ -53,13 +70,7 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
         .output()
         .expect("mariadb client");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("1045"), "a wrong admin password must get 1045");
-    let (host, metrics_port) = c.endpoint(r, "metrics");
-    let mut s = std::net::TcpStream::connect((host.as_str(), metrics_port)).expect("metrics port");
-    use std::io::{Read, Write};
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("request");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
+    let body = metrics_of(&c, r);
     assert!(body.contains("paxsql_master_version"), "metrics: {body}");
 
     eprintln!("phase: read-only ports read the local replica and refuse writes");
@@ -73,7 +84,7 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     let err = via(&c, r, "proxy_ro", "INSERT INTO t VALUES (99, 'ro')", Duration::from_secs(5)).unwrap_err();
     assert!(err.contains("1290") || err.contains("read-only"), "read-only port accepted a write: {err}");
 
-    eprintln!("phase: sysbench oltp_read_write, 8 threads, through the read-write port");
+    eprintln!("phase: sysbench oltp_read_write, 8 threads, 30 s, through the read-write port");
     let (host, port) = c.endpoint(r, "proxy_rw");
     let sb = |cmd: &str, extra: &[&str]| {
         Command::new("timeout")
@@ -97,12 +108,21 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     };
     let prep = sb("prepare", &[]);
     assert!(prep.status.success(), "sysbench prepare: {}", String::from_utf8_lossy(&prep.stderr));
-    let run = sb("run", &["--threads=8", "--time=10"]);
+    let run = sb("run", &["--threads=8", "--time=30"]);
     let text = String::from_utf8_lossy(&run.stdout).to_string();
     assert!(run.status.success(), "sysbench run failed: {text}{}", String::from_utf8_lossy(&run.stderr));
     let tps = text.lines().find(|l| l.contains("transactions:")).unwrap_or("").to_string();
     eprintln!("sysbench through the proxy: {}", tps.trim());
     assert!(!tps.is_empty() && !tps.contains(" 0 "), "no transactions: {text}");
+
+    eprintln!("phase: /metrics counts the master's ACKs and the replica's proxy connections");
+    // The node copies its proxy's counters into the metrics once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let acked = sample(&metrics_of(&c, m), "paxsql_capture_acked_transactions_total");
+    let proxied = sample(&metrics_of(&c, r), "paxsql_proxy_connections_total");
+    eprintln!("master {m}: {acked:?} transactions ACKed; node {r}'s proxy: {proxied:?} connections");
+    assert!(acked.is_some_and(|n| n > 100.0), "ACK counter on the master: {acked:?}");
+    assert!(proxied.is_some_and(|n| n >= 8.0), "proxy connection counter: {proxied:?}");
 
     eprintln!("phase: kill -9 master {m}'s node; new connections through node {r}'s proxy succeed after the election");
     let killed = Instant::now();

@@ -1,8 +1,9 @@
 //! Prometheus metrics of one node, and the HTTP endpoint that serves them.
 //!
 //! Gauges mirror the [`ClusterView`] ([`Metrics::update_from`]; the endpoint also refreshes them from the view at
-//! every scrape, so they are never staler than the view). Counters and the ACK-latency histogram are driven by
-//! the parts of the node that see the events, through the `record_*` methods. Every series carries a constant
+//! every scrape, so they are never staler than the view). The capture counters and the ACK-latency histogram are
+//! driven by the capture as it ACKs ([`Metrics::record_capture_ack`]); the proxy series follow the proxy's own
+//! counters, which the node copies in ([`Metrics::update_proxy`]). Every series carries a constant
 //! `node` label. No metric or label holds a secret.
 //!
 //! Library: `prometheus-client`, the Prometheus organisation's Rust client. The `prometheus` crate (0.13) is
@@ -36,22 +37,24 @@ use crate::error::AdminError;
 use crate::server::accept;
 use crate::view::ClusterView;
 
-/// The proxy port a connection came in on (the `port` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyPort {
-    /// Routed to the master.
-    ReadWrite,
-    /// Served by the local mariadbd.
-    ReadOnly,
+/// The proxy's counters at one moment (both ports together), as the node reads them from its proxy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProxyFigures {
+    /// Client connections accepted since the proxy started.
+    pub accepted: u64,
+    /// Client connections open now.
+    pub active: u64,
+    /// Refused: no master within the hold time.
+    pub refused_no_master: u64,
+    /// Refused: the backend did not accept in time.
+    pub refused_backend_unreachable: u64,
+    /// Refused: `max_connections` reached.
+    pub refused_max_connections: u64,
+    /// Forwarded connections cut because the master changed.
+    pub cut_on_master_change: u64,
 }
 
-impl ProxyPort {
-    fn label(self) -> [(&'static str, &'static str); 1] {
-        [("port", if self == ProxyPort::ReadWrite { "rw" } else { "ro" })]
-    }
-}
-
-type PortLabels = [(&'static str, &'static str); 1];
+type ReasonLabels = [(&'static str, &'static str); 1];
 
 struct Inner {
     registry: Registry,
@@ -68,10 +71,12 @@ struct Inner {
     chosen_counted: AtomicU64,
     capture_acked_transactions: Counter,
     capture_ack_latency: Histogram,
-    proxy_active: Family<PortLabels, Gauge>,
-    proxy_total: Family<PortLabels, Counter>,
-    proxy_refused: Family<PortLabels, Counter>,
-    binlog_events_served: Counter,
+    proxy_active: Gauge<u64, AtomicU64>,
+    proxy_total: Counter,
+    proxy_refused: Family<ReasonLabels, Counter>,
+    proxy_cut: Counter,
+    /// The proxy figures already counted into the counters above.
+    proxy_counted: std::sync::Mutex<ProxyFigures>,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -100,10 +105,11 @@ impl Metrics {
             // 250 µs .. ~4 s: loopback ACKs take well under a millisecond, a WAN round trip tens of ms, and a
             // stalled majority shows up in the top buckets.
             capture_ack_latency: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
-            proxy_active: Family::default(),
-            proxy_total: Family::default(),
+            proxy_active: Gauge::default(),
+            proxy_total: Counter::default(),
             proxy_refused: Family::default(),
-            binlog_events_served: Counter::default(),
+            proxy_cut: Counter::default(),
+            proxy_counted: std::sync::Mutex::new(ProxyFigures::default()),
         };
         let r = &mut inner.registry;
         r.register("paxsql_master_version", "master_version of the global log", inner.master_version.clone());
@@ -149,13 +155,13 @@ impl Metrics {
         r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
         r.register(
             "paxsql_proxy_connections_refused",
-            "Proxy client connections refused (no master known, lease not held, limits)",
+            "Proxy client connections answered with an error, by reason (no_master, backend_unreachable, limit)",
             inner.proxy_refused.clone(),
         );
         r.register(
-            "paxsql_binlog_served_events",
-            "Binlog events served to the local mariadbd over the replication protocol",
-            inner.binlog_events_served.clone(),
+            "paxsql_proxy_connections_cut",
+            "Forwarded read-write connections cut because the master changed",
+            inner.proxy_cut.clone(),
         );
         Metrics { inner: Arc::new(inner) }
     }
@@ -185,21 +191,22 @@ impl Metrics {
         self.inner.capture_ack_latency.observe(latency.as_secs_f64());
     }
 
-    /// The proxy accepted a client; the connection counts as active until the guard is dropped.
-    pub fn record_proxy_connection(&self, port: ProxyPort) -> ProxyConnectionGuard {
-        self.inner.proxy_total.get_or_create(&port.label()).inc();
-        self.inner.proxy_active.get_or_create(&port.label()).inc();
-        ProxyConnectionGuard { metrics: self.clone(), port }
-    }
-
-    /// The proxy refused a client.
-    pub fn record_proxy_refused(&self, port: ProxyPort) {
-        self.inner.proxy_refused.get_or_create(&port.label()).inc();
-    }
-
-    /// The replication endpoint sent `events` binlog events to the local mariadbd.
-    pub fn record_binlog_events_served(&self, events: u64) {
-        self.inner.binlog_events_served.inc_by(events);
+    /// Brings the proxy series up to `now` (counters advance by what is new since the last call).
+    pub fn update_proxy(&self, now: ProxyFigures) {
+        let m = &self.inner;
+        m.proxy_active.set(now.active);
+        let mut counted = m.proxy_counted.lock().unwrap_or_else(|p| p.into_inner());
+        let new = |now: u64, before: u64| now.saturating_sub(before);
+        m.proxy_total.inc_by(new(now.accepted, counted.accepted));
+        m.proxy_cut.inc_by(new(now.cut_on_master_change, counted.cut_on_master_change));
+        for (reason, now, before) in [
+            ("no_master", now.refused_no_master, counted.refused_no_master),
+            ("backend_unreachable", now.refused_backend_unreachable, counted.refused_backend_unreachable),
+            ("limit", now.refused_max_connections, counted.refused_max_connections),
+        ] {
+            m.proxy_refused.get_or_create(&[("reason", reason)]).inc_by(new(now, before));
+        }
+        *counted = now;
     }
 
     /// The OpenMetrics text exposition of every series.
@@ -208,18 +215,6 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.inner.registry);
         out
-    }
-}
-
-/// Counts one open proxy connection; dropping it ends the count.
-pub struct ProxyConnectionGuard {
-    metrics: Metrics,
-    port: ProxyPort,
-}
-
-impl Drop for ProxyConnectionGuard {
-    fn drop(&mut self) {
-        self.metrics.inner.proxy_active.get_or_create(&self.port.label()).dec();
     }
 }
 
@@ -353,19 +348,19 @@ mod tests {
         let m = Metrics::new(1);
         m.record_capture_ack(3, Duration::from_micros(800));
         m.record_capture_ack(2, Duration::from_millis(30));
-        m.record_binlog_events_served(40);
-        let rw = m.record_proxy_connection(ProxyPort::ReadWrite);
-        let _ro = m.record_proxy_connection(ProxyPort::ReadOnly);
-        m.record_proxy_refused(ProxyPort::ReadWrite);
-        drop(rw);
+        let figures = ProxyFigures { accepted: 4, active: 2, refused_no_master: 1, ..Default::default() };
+        m.update_proxy(figures);
+        // The same figures again count nothing twice; new ones count only what is new.
+        m.update_proxy(figures);
+        m.update_proxy(ProxyFigures { accepted: 6, active: 1, cut_on_master_change: 3, ..figures });
         let text = m.encode();
         assert_eq!(value(&text, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(5.0), "{text}");
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(2.0));
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_bucket{node="1",le="0.001"}"#), Some(1.0));
-        assert_eq!(value(&text, r#"paxsql_binlog_served_events_total{node="1"}"#), Some(40.0));
-        assert_eq!(value(&text, r#"paxsql_proxy_connections_total{node="1",port="rw"}"#), Some(1.0));
-        assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1",port="rw"}"#), Some(0.0));
-        assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1",port="ro"}"#), Some(1.0));
-        assert_eq!(value(&text, r#"paxsql_proxy_connections_refused_total{node="1",port="rw"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_total{node="1"}"#), Some(6.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_cut_total{node="1"}"#), Some(3.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_refused_total{node="1",reason="no_master"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_proxy_connections_refused_total{node="1",reason="limit"}"#), Some(0.0));
     }
 }

@@ -463,7 +463,8 @@ async fn metrics_endpoint_serves_series_that_follow_the_view() -> Result<()> {
     let task = tokio::spawn(server.run(stop_rx));
 
     metrics.record_capture_ack(4, Duration::from_millis(2));
-    let _conn = metrics.record_proxy_connection(paxsql_admin_sql::ProxyPort::ReadWrite);
+    metrics.update_proxy(paxsql_admin_sql::ProxyFigures { accepted: 5, active: 1, refused_no_master: 2, ..Default::default() });
+    metrics.update_proxy(paxsql_admin_sql::ProxyFigures { accepted: 7, active: 1, refused_no_master: 3, ..Default::default() });
     let (status, body) = http_get(addr, "/metrics").await?;
     assert_eq!(status, 200);
     assert_eq!(sample(&body, r#"paxsql_master_version{node="1"}"#), Some(3.0), "{body}");
@@ -474,7 +475,9 @@ async fn metrics_endpoint_serves_series_that_follow_the_view() -> Result<()> {
     assert_eq!(sample(&body, r#"paxsql_paxos_chosen_total{node="1"}"#), Some(57.0));
     assert_eq!(sample(&body, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(4.0));
     assert_eq!(sample(&body, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(1.0));
-    assert_eq!(sample(&body, r#"paxsql_proxy_connections_active{node="1",port="rw"}"#), Some(1.0));
+    assert_eq!(sample(&body, r#"paxsql_proxy_connections_active{node="1"}"#), Some(1.0));
+    assert_eq!(sample(&body, r#"paxsql_proxy_connections_total{node="1"}"#), Some(7.0), "{body}");
+    assert_eq!(sample(&body, r#"paxsql_proxy_connections_refused_total{node="1",reason="no_master"}"#), Some(3.0));
     assert!(body.contains("# TYPE paxsql_capture_ack_latency_seconds histogram"), "{body}");
     assert!(!body.contains(PASSWORD));
 

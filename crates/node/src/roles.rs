@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use paxsql_binlog::{Gtid, GtidSet};
 use paxsql_global_log::Applied;
@@ -66,6 +66,8 @@ pub struct RoleContext {
     pub donors: Donors,
     /// What the local database is doing, for status, donors and candidacy.
     pub local: watch::Sender<LocalRole>,
+    /// Prometheus series the capture feeds (ACKs and their latency).
+    pub metrics: paxsql_admin_sql::Metrics,
 }
 
 /// What the local database is doing now.
@@ -129,7 +131,7 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
     let mut current = Current::Down;
     let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
     let mut eligible = None;
-    let mut promotion_failing_since: Option<std::time::Instant> = None;
+    let mut promotion_failing_since: Option<Instant> = None;
     loop {
         let can_serve = matches!(current, Current::Replica | Current::Master(_));
         if eligible != Some(can_serve) {
@@ -161,7 +163,7 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                     tracing::info!(master_version = st.master_version, "serving as master");
                 }
                 Err(e) => {
-                    let since = *promotion_failing_since.get_or_insert_with(std::time::Instant::now);
+                    let since = *promotion_failing_since.get_or_insert_with(Instant::now);
                     tracing::warn!(error = %e, "promotion not possible yet");
                     if since.elapsed() >= PROMOTION_PATIENCE {
                         tracing::error!("cannot promote the local database: resigning the lease");
@@ -387,24 +389,28 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     opts.start = start;
     let mut client = ReplicationClient::connect(opts).await?;
     let acks = client.ack_handle();
-    // Positions to ACK, by GTID seq_no, in commit order.
-    let pending: Arc<Mutex<VecDeque<(u64, Arc<str>, u64)>>> = Arc::default();
+    // Positions to ACK, by GTID seq_no, in commit order, with when each transaction was captured.
+    let pending: Arc<Mutex<VecDeque<(u64, Arc<str>, u64, Instant)>>> = Arc::default();
+    let metrics = ctx.metrics.clone();
     let mut applied = ctx.applied.subscribe();
     let ack_pending = pending.clone();
     let acker = tokio::spawn(async move {
         loop {
             match applied.recv().await {
                 Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if master_version == term => {
-                    let mut last = None;
+                    let (mut last, mut oldest, mut count) = (None, None, 0u64);
                     if let Ok(mut p) = ack_pending.lock() {
-                        while p.front().is_some_and(|(seq, _, _)| *seq <= last_seq) {
+                        while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
                             last = p.pop_front();
+                            oldest = oldest.or(last.as_ref().map(|l| l.3));
+                            count += 1;
                         }
                     }
-                    if let Some((_, file, pos)) = last {
+                    if let Some((_, file, pos, _)) = last {
                         if acks.ack(&file, pos).is_err() {
                             return;
                         }
+                        metrics.record_capture_ack(count, oldest.map(|t| t.elapsed()).unwrap_or_default());
                     }
                 }
                 Ok(_) => {}
@@ -433,7 +439,7 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             Err(e) => break Err(CaptureError::Client(e)),
         };
         if let Ok(mut p) = pending.lock() {
-            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos));
+            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, Instant::now()));
         }
         let (reply, answer) = oneshot::channel();
         let input = Input::ProposeBinlog {

@@ -23,7 +23,7 @@ use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
-    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
+    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView, ProxyFigures,
 };
 use paxsql_proxy::{Proxy, ProxyConfig, Route};
 
@@ -143,6 +143,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     admin_donor.send_replace(Some((donor, local_role.clone())));
 
     let (serving_tx, serving) = watch::channel(None);
+    let metrics = Metrics::new(cfg.node_id);
     let ctx = Arc::new(RoleContext {
         node_id: cfg.node_id,
         mariadb: tokio::sync::Mutex::new(db),
@@ -161,6 +162,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             auth: auth.clone(),
         },
         local: local_tx,
+        metrics: metrics.clone(),
     });
     // The proxy: writes go to the master while this node sees its lease; reads to the local server.
     let local_mariadb = cfg
@@ -171,6 +173,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], cfg.mariadb.port)));
     let (route_tx, route_rx) = watch::channel(Route::no_master("the node is starting"));
     let mut proxy_task = None;
+    let mut proxy_stats = None;
     if cfg.listen.proxy_rw.is_some() || cfg.listen.proxy_ro.is_some() {
         let pcfg = ProxyConfig {
             rw_listen: cfg.listen.proxy_rw,
@@ -183,6 +186,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         };
         let proxy = Proxy::bind(pcfg, route_rx).await?;
         tracing::info!(rw = ?proxy.rw_addr(), ro = ?proxy.ro_addr(), "proxy listening");
+        proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
     }
     let member_mariadb: std::collections::HashMap<u64, std::net::SocketAddr> =
@@ -215,13 +219,30 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         }));
     }
     if let Some(addr) = cfg.listen.metrics {
-        let server = MetricsServer::bind(addr, Metrics::new(cfg.node_id), view_rx.clone())
+        let server = MetricsServer::bind(addr, metrics.clone(), view_rx.clone())
             .await
             .map_err(|e| NodeError::Other(format!("metrics endpoint {addr}: {e}")))?;
         let stop = shutdown.clone();
         admin_tasks.push(tokio::spawn(async move {
             let _ = server.run(stop).await;
         }));
+        if let Some(stats) = proxy_stats {
+            let metrics = metrics.clone();
+            admin_tasks.push(tokio::spawn(async move {
+                loop {
+                    let s = stats.snapshot();
+                    metrics.update_proxy(ProxyFigures {
+                        accepted: s.accepted,
+                        active: s.active,
+                        refused_no_master: s.refused_no_master,
+                        refused_backend_unreachable: s.refused_backend_unreachable,
+                        refused_max_connections: s.refused_max_connections,
+                        cut_on_master_change: s.cut_on_master_change,
+                    });
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }));
+        }
     }
 
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
