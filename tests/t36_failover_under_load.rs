@@ -48,7 +48,10 @@ async fn client_task(client: Client, task: u64, ops: Arc<Ops>, stop: Arc<AtomicB
         let id = task * 1_000_000 + n;
         let insert = n % 2 == 1;
         let result = if insert {
-            client.execute("INSERT INTO ledger (id, note) VALUES (?, ?)", (id, format!("task {task}"))).await.map(|_| ())
+            client
+                .execute("INSERT INTO ledger (id, note) VALUES (?, ?)", (id, format!("task {task}")))
+                .await
+                .map(|_| ())
         } else {
             let from = ((id * 7) % ACCOUNTS as u64) as i64;
             let to = (from + 1 + (id % (ACCOUNTS as u64 - 1)) as i64) % ACCOUNTS;
@@ -78,10 +81,7 @@ async fn client_task(client: Client, task: u64, ops: Arc<Ops>, stop: Arc<AtomicB
 
 /// The error numbers of the statements sysbench reported as failed ("returned error N (...)").
 fn sysbench_errors(output: &str) -> Vec<u32> {
-    output
-        .lines()
-        .filter_map(|l| l.split("returned error ").nth(1)?.split_whitespace().next()?.parse().ok())
-        .collect()
+    output.lines().filter_map(|l| l.split("returned error ").nth(1)?.split_whitespace().next()?.parse().ok()).collect()
 }
 
 /// Transactions per second from sysbench's per-second report lines.
@@ -126,12 +126,11 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
     // Lock conflicts between sysbench's own threads (deadlock, lock wait timeout) are rolled back and retried by
     // sysbench on the same connection; any other error ends its thread.
     let contention = "--mysql-ignore-errors=1213,1205,1020";
-    let first =
-        sysbench("run", &["--threads=8", "--time=60", "--report-interval=1", contention, "--histogram=off"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("sysbench run");
+    let first = sysbench("run", &["--threads=8", "--time=60", "--report-interval=1", contention, "--histogram=off"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sysbench run");
     let sb_started = Instant::now();
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -179,9 +178,10 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
         let killed = Instant::now();
         c.kill9_node(m);
         // The next run's connections are opened at once: the proxy holds them through the election.
-        let second = sysbench("run", &["--threads=8", "--time=15", "--report-interval=1", contention, "--histogram=off"])
-            .output()
-            .expect("second sysbench run");
+        let second =
+            sysbench("run", &["--threads=8", "--time=15", "--report-interval=1", contention, "--histogram=off"])
+                .output()
+                .expect("second sysbench run");
         let first_out = first.wait_with_output().expect("first sysbench run");
         let first_ended = killed.elapsed();
         stop.store(true, Ordering::Relaxed);
@@ -195,9 +195,8 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
     assert_ne!(m2, m, "a survivor is master");
 
     eprintln!("phase: the first sysbench run lost only its in-flight statements");
-    let text = |o: &std::process::Output| {
-        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr)
-    };
+    let text =
+        |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     let first_text = text(&first_out);
     let errors = sysbench_errors(&first_text);
     let threads_failed = first_text.lines().filter(|l| l.contains("thread_run' function failed")).count() as u64;
@@ -277,8 +276,7 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
     assert_ne!(client.active_endpoint().as_deref(), Some(master_ep.as_str()), "client left the dead node's proxy");
 
     eprintln!("phase: every acknowledged write on every survivor; the total never changed");
-    let committed: Vec<u64> =
-        ops.iter().filter(|o| o.2 && matches!(o.3, Outcome::Committed)).map(|o| o.1).collect();
+    let committed: Vec<u64> = ops.iter().filter(|o| o.2 && matches!(o.3, Outcome::Committed)).map(|o| o.1).collect();
     let unknown_ids: Vec<u64> = unknown.iter().map(|o| o.1).collect();
     let final_count = c.sql(m2, "SELECT COUNT(*) FROM ledger", t).expect("count on the master");
     c.wait_all(&survivors, "SELECT COUNT(*) FROM ledger", &final_count, Duration::from_secs(30));

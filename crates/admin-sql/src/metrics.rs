@@ -36,23 +36,7 @@ use tracing::{debug, info};
 use crate::error::AdminError;
 use crate::server::accept;
 use crate::view::ClusterView;
-
-/// The proxy's counters at one moment (both ports together), as the node reads them from its proxy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ProxyFigures {
-    /// Client connections accepted since the proxy started.
-    pub accepted: u64,
-    /// Client connections open now.
-    pub active: u64,
-    /// Refused: no master within the hold time.
-    pub refused_no_master: u64,
-    /// Refused: the backend did not accept in time.
-    pub refused_backend_unreachable: u64,
-    /// Refused: `max_connections` reached.
-    pub refused_max_connections: u64,
-    /// Forwarded connections cut because the master changed.
-    pub cut_on_master_change: u64,
-}
+use paxsql_proxy::ProxyStatsSnapshot;
 
 type ReasonLabels = [(&'static str, &'static str); 1];
 
@@ -76,7 +60,7 @@ struct Inner {
     proxy_refused: Family<ReasonLabels, Counter>,
     proxy_cut: Counter,
     /// The proxy figures already counted into the counters above.
-    proxy_counted: std::sync::Mutex<ProxyFigures>,
+    proxy_counted: std::sync::Mutex<ProxyStatsSnapshot>,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -109,7 +93,7 @@ impl Metrics {
             proxy_total: Counter::default(),
             proxy_refused: Family::default(),
             proxy_cut: Counter::default(),
-            proxy_counted: std::sync::Mutex::new(ProxyFigures::default()),
+            proxy_counted: std::sync::Mutex::new(ProxyStatsSnapshot::default()),
         };
         let r = &mut inner.registry;
         r.register("paxsql_master_version", "master_version of the global log", inner.master_version.clone());
@@ -192,7 +176,7 @@ impl Metrics {
     }
 
     /// Brings the proxy series up to `now` (counters advance by what is new since the last call).
-    pub fn update_proxy(&self, now: ProxyFigures) {
+    pub fn update_proxy(&self, now: ProxyStatsSnapshot) {
         let m = &self.inner;
         m.proxy_active.set(now.active);
         let mut counted = m.proxy_counted.lock().unwrap_or_else(|p| p.into_inner());
@@ -348,11 +332,11 @@ mod tests {
         let m = Metrics::new(1);
         m.record_capture_ack(3, Duration::from_micros(800));
         m.record_capture_ack(2, Duration::from_millis(30));
-        let figures = ProxyFigures { accepted: 4, active: 2, refused_no_master: 1, ..Default::default() };
+        let figures = ProxyStatsSnapshot { accepted: 4, active: 2, refused_no_master: 1, ..Default::default() };
         m.update_proxy(figures);
         // The same figures again count nothing twice; new ones count only what is new.
         m.update_proxy(figures);
-        m.update_proxy(ProxyFigures { accepted: 6, active: 1, cut_on_master_change: 3, ..figures });
+        m.update_proxy(ProxyStatsSnapshot { accepted: 6, active: 1, cut_on_master_change: 3, ..figures });
         let text = m.encode();
         assert_eq!(value(&text, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(5.0), "{text}");
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(2.0));

@@ -463,8 +463,18 @@ async fn metrics_endpoint_serves_series_that_follow_the_view() -> Result<()> {
     let task = tokio::spawn(server.run(stop_rx));
 
     metrics.record_capture_ack(4, Duration::from_millis(2));
-    metrics.update_proxy(paxsql_admin_sql::ProxyFigures { accepted: 5, active: 1, refused_no_master: 2, ..Default::default() });
-    metrics.update_proxy(paxsql_admin_sql::ProxyFigures { accepted: 7, active: 1, refused_no_master: 3, ..Default::default() });
+    metrics.update_proxy(paxsql_proxy::ProxyStatsSnapshot {
+        accepted: 5,
+        active: 1,
+        refused_no_master: 2,
+        ..Default::default()
+    });
+    metrics.update_proxy(paxsql_proxy::ProxyStatsSnapshot {
+        accepted: 7,
+        active: 1,
+        refused_no_master: 3,
+        ..Default::default()
+    });
     let (status, body) = http_get(addr, "/metrics").await?;
     assert_eq!(status, 200);
     assert_eq!(sample(&body, r#"paxsql_master_version{node="1"}"#), Some(3.0), "{body}");

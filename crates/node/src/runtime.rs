@@ -23,7 +23,7 @@ use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
-    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView, ProxyFigures,
+    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
 };
 use paxsql_proxy::{Proxy, ProxyConfig, Route};
 
@@ -230,15 +230,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             let metrics = metrics.clone();
             admin_tasks.push(tokio::spawn(async move {
                 loop {
-                    let s = stats.snapshot();
-                    metrics.update_proxy(ProxyFigures {
-                        accepted: s.accepted,
-                        active: s.active,
-                        refused_no_master: s.refused_no_master,
-                        refused_backend_unreachable: s.refused_backend_unreachable,
-                        refused_max_connections: s.refused_max_connections,
-                        cut_on_master_change: s.cut_on_master_change,
-                    });
+                    metrics.update_proxy(stats.snapshot());
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }));
