@@ -1,6 +1,6 @@
 //! The admin SQL port and the metrics endpoint against real clients: the `mariadb` CLI (batch and interactive)
-//! and mysql_async for SQL, a raw HTTP/1.1 request for `/metrics`. Every server listens on loopback on a port of
-//! 33000-33999 and is shut down by its test.
+//! and mysql_async for SQL, a raw HTTP/1.1 request for `/metrics`. Every server listens on a loopback port the
+//! kernel picks and is shut down by its test.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -75,11 +75,13 @@ struct Running {
 }
 
 impl Running {
-    async fn start(port: u16) -> Result<Running> {
+    /// On a port the kernel picks: a fixed port in the ephemeral range (32768–60999) can be taken by another
+    /// test's outgoing connection (seen in CI: "Address already in use" on 33104).
+    async fn start() -> Result<Running> {
         init_tracing();
         let (view, view_rx) = watch::channel(view_v1());
         let auth = AdminAuth { user: USER.into(), password: PASSWORD.into() };
-        let server = AdminSqlServer::bind(SocketAddr::from(([127, 0, 0, 1], port)), auth, view_rx).await?;
+        let server = AdminSqlServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), auth, view_rx).await?;
         let addr = server.local_addr();
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(server.run(stop_rx));
@@ -129,7 +131,7 @@ fn server_error_code(e: &mysql_async::Error) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_async_reads_the_view_and_sees_it_change() -> Result<()> {
-    let server = Running::start(33101).await?;
+    let server = Running::start().await?;
     let mut conn = mysql_async::Conn::new(server.opts(PASSWORD)).await?;
 
     eprintln!("phase: SELECT * FROM paxsql.members returns one row per member, NULL where unknown");
@@ -228,7 +230,7 @@ async fn mysql_async_reads_the_view_and_sees_it_change() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_or_user_gets_1045() -> Result<()> {
-    let server = Running::start(33102).await?;
+    let server = Running::start().await?;
     let err = mysql_async::Conn::new(server.opts("wrong")).await.err().context("wrong password accepted")?;
     assert_eq!(server_error_code(&err), Some(1045), "{err}");
     assert!(err.to_string().contains("Access denied for user 'admin'@'127.0.0.1' (using password: YES)"), "{err}");
@@ -251,7 +253,7 @@ async fn wrong_password_or_user_gets_1045() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_cli_batch_and_interactive() -> Result<()> {
-    let server = Running::start(33103).await?;
+    let server = Running::start().await?;
 
     eprintln!("phase: mariadb -e (batch, tab-separated)");
     let (ok, out, err) = mariadb_cli(server.addr, PASSWORD, &["-N", "-e", "SELECT * FROM paxsql.members"]).await?;
@@ -372,7 +374,7 @@ async fn raw_login(addr: SocketAddr) -> Result<TcpStream> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_packets_and_abrupt_disconnects_do_not_hurt_the_server() -> Result<()> {
-    let server = Running::start(33104).await?;
+    let server = Running::start().await?;
     let addr = server.addr;
 
     eprintln!("phase: connect and vanish, before and during the greeting");
@@ -457,7 +459,7 @@ async fn metrics_endpoint_serves_series_that_follow_the_view() -> Result<()> {
     init_tracing();
     let (view_tx, view) = watch::channel(view_v1());
     let metrics = Metrics::new(1);
-    let server = MetricsServer::bind(SocketAddr::from(([127, 0, 0, 1], 33105)), metrics.clone(), view).await?;
+    let server = MetricsServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), metrics.clone(), view).await?;
     let addr = server.local_addr();
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(server.run(stop_rx));
