@@ -4,7 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use crate::wire::ProxyHeader;
@@ -70,4 +70,34 @@ pub(crate) fn abort(stream: TcpStream) {
     #[allow(deprecated)]
     let _ = stream.set_linger(Some(Duration::ZERO));
     drop(stream);
+}
+
+/// Larger than any server greeting (a few hundred bytes); a backend that announces more is not a MariaDB server.
+const GREETING_BYTES_MAX: usize = 64 * 1024;
+
+/// Reads the backend's first packet (its handshake greeting), whole, within `timeout`. The RW port hands a client
+/// to a backend only once it has greeted: a backend that dies or is replaced before then has told the client
+/// nothing, so the client can still be held and sent to the next master instead of seeing a dropped connection.
+pub(crate) async fn read_greeting(
+    server: &mut TcpStream,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<Vec<u8>, ProxyError> {
+    let unreachable = |detail: String| ProxyError::BackendUnreachable { addr, timeout_ms: timeout.as_millis(), detail };
+    let read = async {
+        let mut packet = vec![0u8; 4];
+        server.read_exact(&mut packet).await?;
+        let len = usize::from(packet[0]) | usize::from(packet[1]) << 8 | usize::from(packet[2]) << 16;
+        if len > GREETING_BYTES_MAX {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte first packet")));
+        }
+        packet.resize(4 + len, 0);
+        server.read_exact(&mut packet[4..]).await?;
+        Ok::<_, io::Error>(packet)
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(packet)) => Ok(packet),
+        Ok(Err(e)) => Err(unreachable(format!("no greeting: {e}"))),
+        Err(_) => Err(unreachable("no greeting in time".into())),
+    }
 }

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{abort, connect_backend, forward};
+use crate::forward::{abort, connect_backend, forward, read_greeting};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -179,7 +180,6 @@ fn proxy_header(shared: &Shared, client: &TcpStream, peer: SocketAddr) -> Option
 
 /// Sends `err` in place of the server greeting and closes. The client may be gone already: nothing to do then.
 async fn refuse(mut client: TcpStream, err: ErrPacket) {
-    use tokio::io::AsyncWriteExt as _;
     debug!(code = err.code, message = %err.message, "refusing client");
     let _ = tokio::time::timeout(ERR_WRITE_TIMEOUT, async {
         client.write_all(&err.encode(0)).await?;
@@ -198,17 +198,23 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
     let deadline = Instant::now() + shared.cfg.hold_during_election;
     let shutdown = shutdown_requested(shared.shutdown.clone());
     tokio::pin!(shutdown);
-    let (target, node_id, master_version, mut server) = loop {
+    let (target, node_id, master_version, mut server, greeting) = loop {
         let route = routes.borrow_and_update().clone();
         match route {
             Route::Master { addr, node_id, master_version } => {
                 let header = proxy_header(shared, &client, peer);
+                let timeout = shared.cfg.connect_timeout;
+                let open = async {
+                    let mut server = connect_backend(addr, timeout, header).await?;
+                    let greeting = read_greeting(&mut server, addr, timeout).await?;
+                    Ok::<_, ProxyError>((server, greeting))
+                };
                 let connected = tokio::select! {
                     _ = &mut shutdown => return,
-                    connected = connect_backend(addr, shared.cfg.connect_timeout, header) => connected,
+                    connected = open => connected,
                 };
-                let server = match connected {
-                    Ok(server) => server,
+                let (server, greeting) = match connected {
+                    Ok(opened) => opened,
                     Err(e) if Instant::now() < deadline => {
                         // A master whose mariadbd died still holds its lease until it runs out and another member
                         // takes over: hold the client through that election, as for NoMaster, instead of failing
@@ -235,7 +241,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 };
                 // The master may have changed while we connected: never hand the client a stale one.
                 if *routes.borrow() == route {
-                    break (route, node_id, master_version, server);
+                    break (route, node_id, master_version, server, greeting);
                 }
                 abort(server);
                 if Instant::now() >= deadline {
@@ -275,6 +281,11 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
         }
     };
     let mut client = client;
+    if client.write_all(&greeting).await.is_err() {
+        // The client left while it was held.
+        abort(server);
+        return;
+    }
     let outcome = tokio::select! {
         done = forward(&mut client, &mut server, shared.cfg.forward_mode) => Some(done),
         why = moved_away => {
