@@ -218,3 +218,93 @@ fn a_former_master_with_an_unacknowledged_ddl_tail_rejoins_holding_exactly_the_g
     assert_eq!(insert(&c, m2, 200..210).len(), 10);
     c.wait_all(&all, "SELECT COUNT(*) FROM t", &(expected + 10).to_string(), Duration::from_secs(60));
 }
+
+/// Finding of the relay test (crates/repl-server/tests/t30_relay.rs): MariaDB does not make a replica's DDL atomic
+/// with its gtid_slave_pos. A kill -9 while the replica applies a DDL can leave the DDL in the binlog with
+/// gtid_slave_pos one behind (then the next replicated GTID fails with error 1950 in strict mode), or DDL recovery
+/// finishes the DDL at restart and logs it under the replica's own server_id (a GTID the global log does not
+/// have). The node must come back from either: continue from its binlog position, or rebuild.
+#[test]
+fn a_replica_killed_while_applying_ddl_rejoins_holding_exactly_the_global_log() {
+    let c = Cluster::up(3, 26800);
+    let all = [1, 2, 3];
+    let m = c.master().expect("a master");
+    let r = all.into_iter().find(|n| *n != m).expect("a replica");
+    const STREAMS: u64 = 3;
+    const PAIRS_PER_STREAM: u64 = 800;
+    for s in 0..STREAMS {
+        c.sql(m, &format!("CREATE TABLE d{s} (id INT PRIMARY KEY)"), Duration::from_secs(10)).expect("create");
+    }
+    let node_log = c.node_dir(r).join("log/node.log");
+    let serving = || {
+        std::fs::read_to_string(&node_log)
+            .unwrap_or_default()
+            .matches("local mariadbd replicates from this node's binlog server")
+            .count()
+    };
+    c.wait_log(r, "log/node.log", "local mariadbd replicates from this node's binlog server", Duration::from_secs(30));
+
+    eprintln!("phase: {STREAMS} sessions run DDL back to back on master {m}; replica {r}'s mariadbd is killed 4 times");
+    let kills = std::thread::scope(|scope| {
+        let streams: Vec<_> = (0..STREAMS)
+            .map(|s| {
+                let c = &c;
+                scope.spawn(move || {
+                    let mut batch: String = (0..PAIRS_PER_STREAM)
+                        .map(|i| {
+                            format!(
+                                "ALTER TABLE d{s} ADD COLUMN c{i} INT NOT NULL DEFAULT {i}; \
+                                     ALTER TABLE d{s} DROP COLUMN c{i};"
+                            )
+                        })
+                        .collect();
+                    batch.push_str(&format!("ALTER TABLE d{s} ADD COLUMN done INT NOT NULL DEFAULT {s};"));
+                    c.sql(m, &batch, Duration::from_secs(300))
+                })
+            })
+            .collect();
+        let mut kills = 0;
+        for k in 0..4u64 {
+            // Spread the kills over the stream, at different points of a DDL's apply.
+            std::thread::sleep(Duration::from_millis(700 + 370 * k));
+            if streams.iter().all(|t| t.is_finished()) {
+                break;
+            }
+            let before = serving();
+            c.kill9_mariadbd(r);
+            kills += 1;
+            let deadline = std::time::Instant::now() + Duration::from_secs(240);
+            while serving() == before {
+                assert!(std::time::Instant::now() < deadline, "replica {r} did not serve again\n{}", c.logs());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        for (s, t) in streams.into_iter().enumerate() {
+            let out = t.join().expect("DDL stream thread");
+            assert!(out.is_ok(), "DDL stream {s} on the master failed: {out:?}");
+        }
+        kills
+    });
+    assert!(kills >= 2, "the DDL streams ended before the replica was killed twice ({kills})");
+
+    eprintln!("phase: every node holds every DDL; replication still runs on replica {r}");
+    let columns = "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME LIKE 'd%'";
+    // The last DDL of every stream is on every node, and so (GTID order, strict mode) is every DDL before it.
+    let want = (STREAMS * 2).to_string();
+    c.wait_all(&all, columns, &want, Duration::from_secs(120));
+    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    assert_eq!(insert(&c, m, 0..10).len(), 10);
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "10", Duration::from_secs(60));
+    checksums_equal(&c, &all);
+    let gtid = c.sql(m, "SELECT @@gtid_binlog_pos", Duration::from_secs(5)).expect("master gtid");
+    c.wait_all(&all, "SELECT @@gtid_binlog_pos", &gtid, Duration::from_secs(30));
+    let log = std::fs::read_to_string(&node_log).unwrap_or_default();
+    for line in log.lines().filter(|l| l.contains("diverged from the global log")).take(3) {
+        eprintln!("node {r}: {line}");
+    }
+    eprintln!(
+        "{kills} kills; node {r}: {} rebuilds, {} restarts continuing from the binlog position",
+        log.matches("rebuild complete").count(),
+        log.matches("replication continues from the binlog position").count()
+    );
+}

@@ -324,6 +324,12 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
         let diverged = matches!(e, paxsql_repl_server::Error::ReplicaDiverged { .. });
         return Err(MariaDbError::NotAligned { local, reason: e.to_string(), diverged });
     }
+    let applied = db.query_string("SELECT @@GLOBAL.gtid_slave_pos").await?;
+    if applied != local {
+        // Normal after a term as master (nothing applied as a replica). After a kill -9 it can also be a DDL
+        // that reached the binlog while its gtid_slave_pos update did not (MariaDB does not make the two atomic).
+        tracing::info!(gtid_slave_pos = %applied, gtid_binlog_pos = %local, "replication continues from the binlog position");
+    }
     let pw = ctx.replication_password.replace('\'', "''");
     db.exec(&[
         "STOP SLAVE",
