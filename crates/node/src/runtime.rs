@@ -43,6 +43,8 @@ pub enum NodeError {
     MariaDb(#[from] crate::mariadb::MariaDbError),
     #[error("proxy: {0}")]
     Proxy(#[from] paxsql_proxy::ProxyError),
+    #[error(transparent)]
+    DirLock(#[from] crate::dir_lock::DirLockError),
     #[error("{0}")]
     Other(String),
 }
@@ -88,6 +90,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let admin_password = NodeConfig::read_password(&cfg.mariadb.admin_password_file)?;
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| NodeError::Other(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
+    // Before any port or file is touched: a second node on this directory must change nothing.
+    let _dir_lock = crate::dir_lock::DataDirLock::acquire(&cfg.data_dir)?;
 
     // Peers.
     let mut tcfg = TransportConfig::new(cfg.node_id, cfg.cluster_id.clone(), WireSecret::new(secret.expose()));

@@ -181,6 +181,8 @@ pub struct TestCluster {
     children: Mutex<Vec<Child>>,
     /// Keep the cluster directory (logs) after the run, for a failed schedule.
     pub keep_dir: std::sync::atomic::AtomicBool,
+    /// Set once every process of the cluster was stopped ([`TestCluster::shutdown`]).
+    stopped: std::sync::atomic::AtomicBool,
     pub netns: Netns,
 }
 
@@ -205,6 +207,7 @@ impl TestCluster {
             paused: Mutex::new(Vec::new()),
             children: Mutex::new(Vec::new()),
             keep_dir: std::sync::atomic::AtomicBool::new(false),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             netns,
         };
         let mut cmd = c.netns.command(&paxsql);
@@ -403,8 +406,15 @@ impl TestCluster {
     }
 }
 
-impl Drop for TestCluster {
-    fn drop(&mut self) {
+impl TestCluster {
+    /// Stops every process of the cluster (nodes, and their mariadbds with them), now. Idempotent. The runner calls
+    /// it before it moves a failed cluster's directory away: waiting for the last `Arc` to drop let node processes
+    /// outlive the rename and run on in the next cluster's directory, which has the same path (seen in a long run:
+    /// three node processes and two mariadbds on one data directory).
+    pub fn shutdown(&self) {
+        if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         self.resume_all();
         let _ = self.heal_network();
         let _ = Command::new(&self.paxsql).args(["cluster", "down", "--dir"]).arg(&self.dir).output();
@@ -412,6 +422,12 @@ impl Drop for TestCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        self.shutdown();
         if !self.keep_dir.load(std::sync::atomic::Ordering::Relaxed) {
             let _ = fs::remove_dir_all(&self.dir);
         }

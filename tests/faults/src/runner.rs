@@ -424,6 +424,7 @@ pub fn run_suite(
                 if broken {
                     // A fresh cluster (and namespace) for the rest; the failed one's directory stays.
                     let old_dir = cluster.dir.clone();
+                    cluster.shutdown();
                     drop(cluster);
                     let kept = cfg.work_dir.join(format!("{}-failed-{}", cfg.netns, reports.len()));
                     let _ = std::fs::rename(&old_dir, &kept);
