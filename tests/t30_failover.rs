@@ -10,6 +10,9 @@ use common::Cluster;
 
 const CHECKSUM: &str = "CHECKSUM TABLE t";
 
+/// What a node logs each time its mariadbd starts replicating from the node's binlog server.
+const REPLICATING: &str = "local mariadbd replicates from this node's binlog server";
+
 fn checksums_equal(c: &Cluster, nodes: &[u64]) {
     let first = c.sql(nodes[0], CHECKSUM, Duration::from_secs(10)).expect("checksum");
     for &n in &nodes[1..] {
@@ -184,12 +187,7 @@ fn a_former_master_with_an_unacknowledged_ddl_tail_rejoins_holding_exactly_the_g
     c.restart_node(m);
     // Where MariaDB can truncate the tail it does; where it refuses (a DDL in it) the node rebuilds. Either way the
     // node must end up a replica holding exactly the global log.
-    c.wait_log(
-        m,
-        "log/node-restart.log",
-        "local mariadbd replicates from this node's binlog server",
-        Duration::from_secs(240),
-    );
+    c.wait_log(m, "log/node-restart.log", REPLICATING, Duration::from_secs(240));
     let log = std::fs::read_to_string(c.node_dir(m).join("log/node-restart.log")).unwrap_or_default();
     eprintln!("rebuilt: {}", log.contains("rebuild complete"));
     // A transaction the client never saw acknowledged has an unknown outcome, not a failed one: if one acceptor
@@ -236,13 +234,8 @@ fn a_replica_killed_while_applying_ddl_rejoins_holding_exactly_the_global_log() 
         c.sql(m, &format!("CREATE TABLE d{s} (id INT PRIMARY KEY)"), Duration::from_secs(10)).expect("create");
     }
     let node_log = c.node_dir(r).join("log/node.log");
-    let serving = || {
-        std::fs::read_to_string(&node_log)
-            .unwrap_or_default()
-            .matches("local mariadbd replicates from this node's binlog server")
-            .count()
-    };
-    c.wait_log(r, "log/node.log", "local mariadbd replicates from this node's binlog server", Duration::from_secs(30));
+    let serving = || std::fs::read_to_string(&node_log).unwrap_or_default().matches(REPLICATING).count();
+    c.wait_log(r, "log/node.log", REPLICATING, Duration::from_secs(30));
 
     eprintln!("phase: {STREAMS} sessions run DDL back to back on master {m}; replica {r}'s mariadbd is killed 4 times");
     let kills = std::thread::scope(|scope| {

@@ -326,7 +326,9 @@ fn wait_progress(replica: &MariaDb, after: u64) -> anyhow::Result<u64> {
         }
         if Instant::now() >= deadline {
             let fields = ["Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error", "Last_SQL_Error", "Gtid_IO_Pos"];
-            let st: Vec<String> = fields.iter().map(|f| format!("{f}={}", status(replica, f))).collect();
+            let slave = replica.slave_status().ok().flatten().unwrap_or_default();
+            let st: Vec<String> =
+                fields.iter().map(|f| format!("{f}={}", slave.get(*f).map_or("", String::as_str))).collect();
             bail!(
                 "replica still at seq_no {seq} after {CATCH_UP:?}, want > {after}; {}\nreplica binlog from \
                  GTID 0-1-{}:\n{}\nreplica error log:\n{}",
