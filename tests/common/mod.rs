@@ -185,11 +185,22 @@ impl Cluster {
             .arg(sql)
             .output()
             .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-        } else {
-            Err(format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr).trim()))
-        }
+        cli_outcome(out)
+    }
+
+    /// Runs SQL as root over node `id`'s unix socket with the admin password: what an operator on the machine
+    /// has, outside every proxy.
+    pub fn root_sql(&self, id: u64, sql: &str) -> Result<String, String> {
+        let pw = std::fs::read_to_string(self.dir.path().join("secrets/admin.password")).map_err(|e| e.to_string())?;
+        let out = Command::new("timeout")
+            .args(["10", "mariadb", "-uroot", "-N", "-B"])
+            .arg(format!("--socket={}", self.node_dir(id).join("run/mysqld.sock").display()))
+            .env("MYSQL_PWD", pw.trim())
+            .arg("-e")
+            .arg(sql)
+            .output()
+            .map_err(|e| e.to_string())?;
+        cli_outcome(out)
     }
 
     pub fn kill9_mariadbd(&self, id: u64) {
@@ -289,6 +300,15 @@ impl Drop for Cluster {
         if let Some(ns) = &self.netns {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
+    }
+}
+
+/// Ok(stdout) of a `mariadb` CLI run that succeeded, or Err(exit code and stderr).
+fn cli_outcome(out: std::process::Output) -> Result<String, String> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr).trim()))
     }
 }
 

@@ -59,6 +59,8 @@ struct Inner {
     proxy_total: Counter,
     proxy_refused: Family<ReasonLabels, Counter>,
     proxy_cut: Counter,
+    proxy_kills_softened: Counter,
+    proxy_commands_refused: Counter,
     /// The proxy figures already counted into the counters above.
     proxy_counted: std::sync::Mutex<ProxyStatsSnapshot>,
 }
@@ -93,6 +95,8 @@ impl Metrics {
             proxy_total: Counter::default(),
             proxy_refused: Family::default(),
             proxy_cut: Counter::default(),
+            proxy_kills_softened: Counter::default(),
+            proxy_commands_refused: Counter::default(),
             proxy_counted: std::sync::Mutex::new(ProxyStatsSnapshot::default()),
         };
         let r = &mut inner.registry;
@@ -147,6 +151,18 @@ impl Metrics {
             "Forwarded read-write connections cut because the master changed",
             inner.proxy_cut.clone(),
         );
+        r.register(
+            "paxsql_proxy_kills_softened",
+            "KILL statements and COM_PROCESS_KILL commands the proxy sent on as KILL SOFT (a soft kill cannot end a \
+             commit that waits for its majority)",
+            inner.proxy_kills_softened.clone(),
+        );
+        r.register(
+            "paxsql_proxy_commands_refused",
+            "Client commands the proxy answered with an error instead of sending them (KILL inside another statement, \
+             dynamic SQL it cannot read, TLS or compression asked for)",
+            inner.proxy_commands_refused.clone(),
+        );
         Metrics { inner: Arc::new(inner) }
     }
 
@@ -183,6 +199,8 @@ impl Metrics {
         let new = |now: u64, before: u64| now.saturating_sub(before);
         m.proxy_total.inc_by(new(now.accepted, counted.accepted));
         m.proxy_cut.inc_by(new(now.cut_on_master_change, counted.cut_on_master_change));
+        m.proxy_kills_softened.inc_by(new(now.kills_softened, counted.kills_softened));
+        m.proxy_commands_refused.inc_by(new(now.commands_refused, counted.commands_refused));
         for (reason, now, before) in [
             ("no_master", now.refused_no_master, counted.refused_no_master),
             ("backend_unreachable", now.refused_backend_unreachable, counted.refused_backend_unreachable),

@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -119,9 +119,14 @@ fn random_secret(len: usize) -> String {
         .collect()
 }
 
+/// Writes a secret file created with mode 0600 from the start: no moment at which another user could read it.
 fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
-    let mut f = fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     writeln!(f, "{value}")?;
     Ok(())
 }
@@ -221,13 +226,21 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
     out
 }
 
+/// Runs `sql` as root over node `n`'s unix socket. The SQL (it may carry passwords) goes through stdin and the
+/// password through the environment: neither appears on a command line that `ps` shows.
 fn mariadb_cli(n: &NodeLayout, password: Option<&str>, sql: &str) -> anyhow::Result<String> {
     let mut cmd = Command::new("mariadb");
     cmd.arg(format!("--socket={}", n.socket().display())).arg("-uroot").arg("-N").arg("-B");
     if let Some(pw) = password {
         cmd.env("MYSQL_PWD", pw);
     }
-    let out = cmd.arg("-e").arg(sql).output().context("cannot run the mariadb client (run deploy/install-deps.sh)")?;
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().context("cannot run the mariadb client (run deploy/install-deps.sh)")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A client that exits early (SHUTDOWN, a failed login) closes its end: what it answered says why.
+        let _ = stdin.write_all(sql.as_bytes());
+    }
+    let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!("mariadb client on node {}: {}", n.id, String::from_utf8_lossy(&out.stderr).trim());
     }
@@ -281,8 +294,19 @@ fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app
     // Accounts are created with the binlog off, before any replica exists, or they would wait for an ACK
     // forever (DESIGN §3). The application account gets neither ALL ON *.* nor READ ONLY ADMIN, so read_only
     // holds it (DESIGN §5).
+    // mariadb-install-db leaves root@127.0.0.1, root@::1 and root@<hostname> without a password (and, on some
+    // versions, anonymous accounts): every account but root@localhost (which gets a password) and the locked
+    // mariadb.sys goes, so that no account without a password remains on any port.
+    let strays = mariadb_cli(
+        n,
+        None,
+        "SELECT CONCAT(QUOTE(user), '@', QUOTE(host)) FROM mysql.user \
+         WHERE NOT (user = 'root' AND host = 'localhost') AND user <> 'mariadb.sys'",
+    )?;
+    let drops: String = strays.lines().map(|account| format!("DROP USER {account};")).collect();
     let sql = format!(
         "SET sql_log_bin=0;\
+         {drops}\
          ALTER USER 'root'@'localhost' IDENTIFIED BY '{admin_pw}';\
          CREATE USER 'paxsql_repl'@'localhost' IDENTIFIED BY '{repl_pw}';\
          CREATE USER 'paxsql_repl'@'127.0.0.1' IDENTIFIED BY '{repl_pw}';\
@@ -341,7 +365,8 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
             dir.display()
         );
     }
-    fs::create_dir_all(dir.join("secrets"))?;
+    // Created 0700 from the start (a directory the operator made keeps its mode; what holds secrets is 0700/0600).
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("secrets"))?;
     let dir = dir.canonicalize()?;
     let cluster_id = format!("paxsql-local-{base}");
     let (admin_pw, repl_pw, app_pw) = (random_secret(24), random_secret(24), random_secret(20));
@@ -357,8 +382,8 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
         app_database: "app".into(),
         nodes: nodes.clone(),
     };
-    fs::write(dir.join("cluster.json"), serde_json::to_vec_pretty(&file)?)?;
-    fs::set_permissions(dir.join("cluster.json"), fs::Permissions::from_mode(0o600))?;
+    // It holds the application password: 0600 from its creation.
+    write_secret(&dir.join("cluster.json"), &serde_json::to_string_pretty(&file)?)?;
     for n in &nodes {
         eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;

@@ -165,7 +165,7 @@ impl LocalMariaDb {
     pub async fn exec(&self, statements: &[&str]) -> Result<(), MariaDbError> {
         let mut c = self.conn().await.map_err(|source| MariaDbError::Sql { sql: "connect".into(), source })?;
         for sql in statements {
-            c.query_drop(*sql).await.map_err(|source| MariaDbError::Sql { sql: sql.to_string(), source })?;
+            c.query_drop(*sql).await.map_err(|source| MariaDbError::Sql { sql: redact(sql), source })?;
         }
         let _ = c.disconnect().await;
         Ok(())
@@ -174,7 +174,7 @@ impl LocalMariaDb {
     pub async fn query_string(&self, sql: &str) -> Result<String, MariaDbError> {
         let mut c = self.conn().await.map_err(|source| MariaDbError::Sql { sql: "connect".into(), source })?;
         let v: Option<Option<String>> =
-            c.query_first(sql).await.map_err(|source| MariaDbError::Sql { sql: sql.to_string(), source })?;
+            c.query_first(sql).await.map_err(|source| MariaDbError::Sql { sql: redact(sql), source })?;
         let _ = c.disconnect().await;
         Ok(v.flatten().unwrap_or_default())
     }
@@ -183,6 +183,44 @@ impl LocalMariaDb {
     pub async fn wait_applied(&self, gtid: &str, timeout: Duration) -> Result<bool, MariaDbError> {
         let sql = format!("SELECT CAST(MASTER_GTID_WAIT('{}', {}) AS CHAR)", gtid, timeout.as_secs_f64());
         Ok(self.query_string(&sql).await? == "0")
+    }
+}
+
+/// A statement as it may appear in an error, a log line or `status.json`: the quoted value after each
+/// `MASTER_PASSWORD=` / `IDENTIFIED BY` replaced, so that no password leaves the node through an error.
+fn redact(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    loop {
+        let upper = rest.to_ascii_uppercase();
+        let found = ["MASTER_PASSWORD", "IDENTIFIED BY", "PASSWORD("]
+            .iter()
+            .filter_map(|k| upper.find(k).map(|at| at + k.len()))
+            .min();
+        let Some(after_key) = found else {
+            out.push_str(rest);
+            return out;
+        };
+        let Some(open) = rest[after_key..].find('\'').map(|o| after_key + o) else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str("'<redacted>'");
+        // The value ends at the first quote not doubled ('' stands for one quote inside it).
+        let bytes = rest.as_bytes();
+        let mut i = open + 1;
+        while i < bytes.len() {
+            if bytes[i] == b'\'' {
+                if bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                    continue;
+                }
+                break;
+            }
+            i += 1;
+        }
+        rest = &rest[(i + 1).min(rest.len())..];
     }
 }
 
@@ -197,5 +235,24 @@ fn wait_gone(pid: u32, timeout: Duration) {
     let deadline = Instant::now() + timeout;
     while std::path::Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_an_error() {
+        let sql = "CHANGE MASTER TO MASTER_HOST='h', MASTER_USER='u', MASTER_PASSWORD='s3cr''et', MASTER_PORT=1";
+        let r = redact(sql);
+        assert!(!r.contains("s3cr"), "{r}");
+        assert_eq!(r, "CHANGE MASTER TO MASTER_HOST='h', MASTER_USER='u', MASTER_PASSWORD='<redacted>', MASTER_PORT=1");
+        assert_eq!(
+            redact("ALTER USER x IDENTIFIED BY 'pw'; SELECT 1"),
+            "ALTER USER x IDENTIFIED BY '<redacted>'; SELECT 1"
+        );
+        assert_eq!(redact("SELECT 1"), "SELECT 1");
+        assert_eq!(redact("master_password='unterminated"), "master_password='<redacted>'");
     }
 }

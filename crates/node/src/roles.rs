@@ -132,6 +132,9 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
     let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
     let mut eligible = None;
     let mut promotion_failing_since: Option<Instant> = None;
+    let mut last_guarantee_check = Instant::now();
+    // `Rpl_semi_sync_master_no_tx` as first read in this term: any later change means a commit got out unACKed.
+    let mut no_tx_at_promotion: Option<u64> = None;
     loop {
         let can_serve = matches!(current, Current::Replica | Current::Master(_));
         if eligible != Some(can_serve) {
@@ -144,7 +147,22 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
         match (current, want_master) {
             (Current::Down, _) => current = start_database(&ctx).await,
             (Current::NeedsRebuild, _) => current = rebuild_database(&ctx).await,
-            (Current::Master(v), true) if v == st.master_version => {}
+            (Current::Master(v), true) if v == st.master_version => {
+                if last_guarantee_check.elapsed() >= GUARANTEE_CHECK_EVERY {
+                    last_guarantee_check = Instant::now();
+                    let checked = check_guarantees(&*ctx.mariadb.lock().await, no_tx_at_promotion).await;
+                    match checked {
+                        Ok(no_tx) => no_tx_at_promotion = Some(no_tx),
+                        Err(why) => {
+                            // Stop serving at once (SIGKILL: no waiting commit may return now), then let the lease go.
+                            tracing::error!(%why, "the master's guarantees do not hold: resigning");
+                            demote(&ctx, &mut capture, &serving).await;
+                            offer(&ctx.inbox, Input::Resign);
+                            current = Current::Down;
+                        }
+                    }
+                }
+            }
             (Current::Master(_), _) => {
                 if capture_failed {
                     tracing::error!("capture stopped on the master: resigning the lease");
@@ -157,6 +175,8 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                 Ok(handle) => {
                     promotion_failing_since = None;
                     capture = Some(handle);
+                    no_tx_at_promotion = None;
+                    last_guarantee_check = Instant::now() - GUARANTEE_CHECK_EVERY;
                     current = Current::Master(st.master_version);
                     ctx.local.send_replace(LocalRole::Master(st.master_version));
                     serving.send_replace(Some(st.master_version));
@@ -278,9 +298,14 @@ async fn promote(
     // A fresh server_id per term: MariaDB skips events carrying its own server_id, so reusing one would make this
     // node silently skip its own earlier transactions when they come back to it.
     let server_id = term_server_id(ctx.node_id, st.master_version);
+    // The guarantee rests on these settings, whatever my.cnf or an operator left: re-assert them at each promotion
+    // (and `check_guarantees` keeps watching them).
     db.exec(&[
         "STOP SLAVE",
         &format!("SET GLOBAL server_id = {server_id}"),
+        "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC",
+        "SET GLOBAL rpl_semi_sync_master_timeout = 18446744073709551615",
+        "SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON",
         "SET GLOBAL rpl_semi_sync_master_enabled = ON",
     ])
     .await?;
@@ -289,6 +314,49 @@ async fn promote(
     let handle = tokio::spawn(capture(ctx.clone(), st.master_version, start, failed_tx));
     db.exec(&["SET GLOBAL read_only = OFF"]).await?;
     Ok((handle, failed_rx))
+}
+
+/// How often the master's semi-sync settings and counters are read back.
+const GUARANTEE_CHECK_EVERY: Duration = Duration::from_millis(500);
+
+/// What the master's mariadbd must show while it serves: semi-sync on with AFTER_SYNC, no timeout fallback, waiting
+/// also with no replica connected, writable, semi-sync status ON, and `Rpl_semi_sync_master_no_tx` — commits that
+/// returned without an ACK (a hard KILL of a waiting session sent straight to mariadbd, a timeout) — unchanged
+/// since the promotion. `Ok(no_tx)` when all hold; `Err(why)` names the first that does not.
+async fn check_guarantees(db: &LocalMariaDb, no_tx_at_promotion: Option<u64>) -> Result<u64, String> {
+    let row = db
+        .query_string(
+            "SELECT CONCAT_WS(',', @@GLOBAL.rpl_semi_sync_master_enabled, @@GLOBAL.rpl_semi_sync_master_wait_point, \
+             @@GLOBAL.rpl_semi_sync_master_timeout, @@GLOBAL.rpl_semi_sync_master_wait_no_slave, @@GLOBAL.read_only, \
+             (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_STATUS'), \
+             (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+              WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_NO_TX'))",
+        )
+        .await
+        .map_err(|e| format!("cannot read the semi-sync settings: {e}"))?;
+    let f: Vec<&str> = row.split(',').collect();
+    let [enabled, wait_point, timeout, no_slave, read_only, status, no_tx] = f.as_slice() else {
+        return Err(format!("unexpected semi-sync settings row {row:?}"));
+    };
+    let no_tx: u64 = no_tx.parse().map_err(|_| format!("Rpl_semi_sync_master_no_tx = {no_tx:?}"))?;
+    let checks = [
+        (*enabled == "ON", "rpl_semi_sync_master_enabled is OFF"),
+        (*wait_point == "AFTER_SYNC", "rpl_semi_sync_master_wait_point is not AFTER_SYNC"),
+        (*timeout == "18446744073709551615", "rpl_semi_sync_master_timeout is not infinite"),
+        (*no_slave == "ON", "rpl_semi_sync_master_wait_no_slave is OFF"),
+        (*read_only == "OFF", "read_only is ON"),
+        (*status == "ON", "semi-sync status is OFF (it switched to asynchronous replication)"),
+        (
+            no_tx_at_promotion.is_none_or(|at| no_tx == at),
+            "a commit returned without a semi-sync ACK (Rpl_semi_sync_master_no_tx moved): a session waiting for \
+             its ACK was killed outside the proxy",
+        ),
+    ];
+    match checks.iter().find(|(ok, _)| !ok) {
+        Some((_, why)) => Err(format!("{why} ({row})")),
+        None => Ok(no_tx),
+    }
 }
 
 /// Server ids of master terms never collide with a node's base id (its config) or another node's terms.

@@ -7,8 +7,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::wire::ProxyHeader;
-use crate::{ForwardMode, ProxyError};
+use tracing::{info, warn};
+
+use crate::statement::{self, Verdict};
+use crate::wire::{ErrPacket, ProxyHeader};
+use crate::{ForwardMode, ProxyError, ProxyStats};
 
 /// Buffer per direction in [`ForwardMode::Copy`]: a large result set moves in few syscalls.
 const COPY_BUF_BYTES: usize = 64 * 1024;
@@ -23,19 +26,290 @@ pub(crate) struct Forwarded {
 
 /// Forwards both ways until both sides have closed (or one fails). Half-closes pass through, like
 /// `copy_bidirectional`: MariaDB clients send `COM_QUIT` and close, then the server closes too.
-pub(crate) async fn forward(client: &mut TcpStream, server: &mut TcpStream, mode: ForwardMode) -> Forwarded {
-    match mode {
-        ForwardMode::Splice => match tokio_splice2::copy_bidirectional(client, server).await {
-            Ok(t) => Forwarded { client_to_server: t.tx as u64, server_to_client: t.rx as u64, error: t.error },
-            // Creating the pipes failed (fd limit): nothing was forwarded.
-            Err(e) => Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
-        },
-        ForwardMode::Copy => {
-            match tokio::io::copy_bidirectional_with_sizes(client, server, COPY_BUF_BYTES, COPY_BUF_BYTES).await {
-                Ok((c2s, s2c)) => Forwarded { client_to_server: c2s, server_to_client: s2c, error: None },
-                Err(e) => Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
+///
+/// The server's bytes go to the client untouched (`mode`). The client's go through [`filter_client`], packet by
+/// packet, so that no command can interrupt a commit waiting for its majority.
+pub(crate) async fn forward(
+    client: &mut TcpStream,
+    server: &mut TcpStream,
+    mode: ForwardMode,
+    stats: &ProxyStats,
+) -> Forwarded {
+    let (mut server_rd, mut client_wr) = match (duplicate(server), duplicate(client)) {
+        (Ok(s), Ok(c)) => (s, c),
+        (Err(e), _) | (_, Err(e)) => return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
+    };
+    let s2c = async {
+        let moved = match mode {
+            ForwardMode::Splice => tokio_splice2::copy(&mut server_rd, &mut client_wr).await.map(|t| t.tx as u64),
+            ForwardMode::Copy => {
+                let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut server_rd);
+                tokio::io::copy_buf(&mut reader, &mut client_wr).await
             }
+        }?;
+        client_wr.shutdown().await?;
+        Ok::<_, io::Error>(moved)
+    };
+    let c2s = async {
+        let mut moved = 0u64;
+        filter_client(client, server, stats, &mut moved).await?;
+        server.shutdown().await?;
+        Ok::<_, io::Error>(moved)
+    };
+    tokio::pin!(s2c, c2s);
+    let (mut s2c_done, mut c2s_done) = (None, None);
+    let error = loop {
+        tokio::select! {
+            r = &mut s2c, if s2c_done.is_none() => match r {
+                Ok(n) => s2c_done = Some(n),
+                Err(e) => break Some(e),
+            },
+            r = &mut c2s, if c2s_done.is_none() => match r {
+                Ok(n) => c2s_done = Some(n),
+                Err(e) => break Some(e),
+            },
         }
+        if c2s_done.is_some() && s2c_done.is_some() {
+            break None;
+        }
+    };
+    Forwarded { client_to_server: c2s_done.unwrap_or(0), server_to_client: s2c_done.unwrap_or(0), error }
+}
+
+/// A second handle on the same socket, so that one direction can be spliced while the other is filtered.
+fn duplicate(stream: &TcpStream) -> io::Result<TcpStream> {
+    use std::os::fd::AsFd as _;
+    let fd = stream.as_fd().try_clone_to_owned()?;
+    TcpStream::from_std(std::net::TcpStream::from(fd))
+}
+
+/// A MySQL packet's payload length field value that says "more of this payload follows in the next packet".
+const PAYLOAD_MAX: usize = 0xFF_FFFF;
+/// Commands up to this size are read whole and judged before they are sent; larger ones stream and are cut
+/// (backend reset before their last byte) if they turn out to hold a suspect word.
+const JUDGED_WHOLE_MAX: usize = 1 << 20;
+const COM_QUERY: u8 = 0x03;
+const COM_PROCESS_KILL: u8 = 0x0c;
+const COM_STMT_PREPARE: u8 = 0x16;
+/// `COM_MULTI` (MariaDB 10.2–10.5): carries other commands inside; refused so none can slip past.
+const COM_MULTI: u8 = 0xfe;
+const CLIENT_COMPRESS: u32 = 0x20;
+const CLIENT_SSL: u32 = 0x800;
+
+/// Where the client's packet stream is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClientPhase {
+    /// Before the handshake response: the first packet says which capabilities the client takes.
+    Handshake,
+    /// Commands (sequence id 0) and the packets of multi-round exchanges (auth switch, change user).
+    Commands,
+    /// `LOAD DATA LOCAL INFILE` content after a `COM_QUERY`: raw packets until an empty one.
+    FileContent,
+}
+
+/// Client → server, packet by packet. Commands that could interrupt a waiting commit are made harmless:
+/// `KILL …` becomes `KILL SOFT …`, `COM_PROCESS_KILL` becomes `KILL SOFT CONNECTION n`, and what
+/// [`crate::statement::judge`] refuses is replaced by a `SIGNAL` so that MariaDB itself answers the client with
+/// the reason, in order with everything else it sends. A client asking for TLS or compression is refused: the
+/// proxy could not read its commands.
+async fn filter_client(
+    client: &mut TcpStream,
+    server: &mut TcpStream,
+    stats: &ProxyStats,
+    moved: &mut u64,
+) -> io::Result<()> {
+    let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut *client);
+    let mut phase = ClientPhase::Handshake;
+    let mut last_command = 0u8;
+    let mut out = Vec::with_capacity(256);
+    loop {
+        let mut header = [0u8; 4];
+        match reader.read_exact(&mut header[..1]).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        reader.read_exact(&mut header[1..]).await?;
+        let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        let seq = header[3];
+        let starts_command = phase == ClientPhase::Commands && seq == 0;
+        if phase == ClientPhase::Commands && seq >= 2 && last_command == COM_QUERY {
+            phase = ClientPhase::FileContent;
+        }
+        if phase == ClientPhase::FileContent && len == 0 {
+            phase = ClientPhase::Commands;
+        }
+        if !starts_command && phase != ClientPhase::Handshake {
+            *moved += pass_through(&mut reader, server, &header, len).await?;
+            continue;
+        }
+        let whole = len <= JUDGED_WHOLE_MAX;
+        if !whole {
+            // Only a command can be this large here (a handshake response is small): stream it, judged as it
+            // goes; MariaDB executes nothing before it has the whole command.
+            let command = streamed_command(&mut reader, server, &header, len, moved).await?;
+            if command.suspect {
+                warn!(command = command.byte, "a command over 1 MiB holds KILL, PREPARE or EXECUTE: connection cut");
+                stats.command_refused();
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "suspect command over 1 MiB"));
+            }
+            last_command = command.byte;
+            continue;
+        }
+        let mut payload = vec![0u8; len];
+        reader.read_exact(&mut payload).await?;
+        if phase == ClientPhase::Handshake {
+            let caps = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+            if caps & (CLIENT_SSL | CLIENT_COMPRESS) != 0 {
+                let what = if caps & CLIENT_SSL != 0 { "TLS" } else { "compression" };
+                let message = format!(
+                    "paxsql: {what} through the proxy is not available: the proxy reads each command to keep KILL \
+                     from ending a commit before a majority holds it (see README)"
+                );
+                let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message };
+                reader.get_mut().write_all(&err.encode(seq.wrapping_add(1))).await?;
+                stats.command_refused();
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("client asked for {what}")));
+            }
+            phase = ClientPhase::Commands;
+            *moved += write_packet(server, &mut out, seq, &payload).await?;
+            continue;
+        }
+        let command = payload.first().copied().unwrap_or(0);
+        last_command = command;
+        let replacement = match command {
+            COM_QUERY | COM_STMT_PREPARE => match statement::judge(&payload[1..]) {
+                Verdict::Forward => None,
+                Verdict::Rewrite(text) => {
+                    stats.kill_softened();
+                    info!(statement = %String::from_utf8_lossy(&text), "KILL sent on as KILL SOFT");
+                    Some([&[command][..], &text].concat())
+                }
+                Verdict::Refuse(why) => {
+                    stats.command_refused();
+                    info!(why, "statement refused");
+                    Some(signal(why))
+                }
+            },
+            COM_PROCESS_KILL => {
+                stats.kill_softened();
+                match payload.get(1..5) {
+                    Some(id) => {
+                        let id = u32::from_le_bytes([id[0], id[1], id[2], id[3]]);
+                        info!(id, "COM_PROCESS_KILL sent on as KILL SOFT CONNECTION");
+                        Some(format!("\x03KILL SOFT CONNECTION {id}").into_bytes())
+                    }
+                    None => Some(signal("paxsql: malformed COM_PROCESS_KILL")),
+                }
+            }
+            COM_MULTI => {
+                stats.command_refused();
+                Some(signal("paxsql: COM_MULTI is not accepted through the proxy"))
+            }
+            _ => None,
+        };
+        let payload = replacement.as_deref().unwrap_or(&payload);
+        *moved += write_packet(server, &mut out, seq, payload).await?;
+    }
+}
+
+/// `SIGNAL` makes MariaDB answer with our message as an ordinary error (SQLSTATE 42000, ER_NOT_SUPPORTED_YET).
+fn signal(message: &str) -> Vec<u8> {
+    let escaped = message.replace('\\', "\\\\").replace('\'', "''");
+    format!("\x03SIGNAL SQLSTATE '42000' SET MYSQL_ERRNO = {ER_NOT_SUPPORTED_YET}, MESSAGE_TEXT = '{escaped}'")
+        .into_bytes()
+}
+
+/// MariaDB `ER_NOT_SUPPORTED_YET`: "This version of MariaDB doesn't yet support …".
+const ER_NOT_SUPPORTED_YET: u16 = 1235;
+
+async fn write_packet(server: &mut TcpStream, out: &mut Vec<u8>, seq: u8, payload: &[u8]) -> io::Result<u64> {
+    // A replacement is always far below one packet's maximum; a forwarded payload is one packet already.
+    let len = payload.len().min(PAYLOAD_MAX) as u32;
+    out.clear();
+    out.extend_from_slice(&len.to_le_bytes()[..3]);
+    out.push(seq);
+    out.extend_from_slice(payload);
+    server.write_all(out).await?;
+    Ok(out.len() as u64)
+}
+
+/// Copies one packet (header already read) to the server as it is.
+async fn pass_through<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    server: &mut TcpStream,
+    header: &[u8; 4],
+    len: usize,
+) -> io::Result<u64> {
+    server.write_all(header).await?;
+    let copied = tokio::io::copy(&mut reader.take(len as u64), server).await?;
+    if copied < len as u64 {
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "client closed inside a packet"));
+    }
+    Ok(4 + copied)
+}
+
+struct StreamedCommand {
+    byte: u8,
+    suspect: bool,
+}
+
+/// Streams a large command (and its continuation packets) to the server, scanning it for suspect words across
+/// chunk and packet boundaries. Returns before sending the last chunk if one is found, so the server never holds
+/// the whole command.
+async fn streamed_command<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    server: &mut TcpStream,
+    header: &[u8; 4],
+    mut len: usize,
+    moved: &mut u64,
+) -> io::Result<StreamedCommand> {
+    let mut chunk = vec![0u8; COPY_BUF_BYTES];
+    // The tail of the previous chunk, so a word split across two chunks is still seen.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut first_byte = None;
+    let mut header = *header;
+    loop {
+        server.write_all(&header).await?;
+        *moved += 4;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            reader.read_exact(&mut chunk[..n]).await?;
+            first_byte.get_or_insert(chunk[0]);
+            carry.extend_from_slice(&chunk[..n]);
+            if statement::is_suspect(&carry) {
+                return Ok(StreamedCommand { byte: first_byte.unwrap_or(0), suspect: true });
+            }
+            let keep = carry.len().saturating_sub(8);
+            carry.drain(..keep);
+            server.write_all(&chunk[..n]).await?;
+            *moved += n as u64;
+            left -= n;
+        }
+        if len < PAYLOAD_MAX {
+            return Ok(StreamedCommand { byte: first_byte.unwrap_or(0), suspect: false });
+        }
+        reader.read_exact(&mut header).await?;
+        len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    }
+}
+
+/// Takes what the proxy cannot read out of a server greeting's capability flags: compression (the client would
+/// then wrap its commands). TLS stays announced: a client that asks for it gets a clear error from
+/// [`filter_client`] rather than a silent plain-text session. A packet that is not a v10 greeting (an ERR from a
+/// full or blocking server) is left as it is.
+pub(crate) fn restrict_greeting(packet: &mut [u8]) {
+    let Some(payload) = packet.get_mut(4..) else { return };
+    if payload.first() != Some(&10) {
+        return;
+    }
+    let Some(version_end) = payload[1..].iter().position(|b| *b == 0) else { return };
+    // protocol, version + NUL, connection id (4), scramble part 1 (8), filler (1), then the low capability bytes.
+    let caps_at = 1 + version_end + 1 + 4 + 8 + 1;
+    if let Some(caps) = payload.get_mut(caps_at..caps_at + 2) {
+        let low = u16::from_le_bytes([caps[0], caps[1]]) & !(CLIENT_COMPRESS as u16);
+        caps.copy_from_slice(&low.to_le_bytes());
     }
 }
 

@@ -41,6 +41,7 @@ mod error;
 mod forward;
 mod route;
 mod server;
+pub mod statement;
 mod stats;
 pub mod wire;
 

@@ -11,7 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{abort, connect_backend, forward, read_greeting};
+use crate::forward::{abort, connect_backend, forward, read_greeting, restrict_greeting};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -214,7 +214,10 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                     connected = open => connected,
                 };
                 let (server, greeting) = match connected {
-                    Ok(opened) => opened,
+                    Ok((server, mut greeting)) => {
+                        restrict_greeting(&mut greeting);
+                        (server, greeting)
+                    }
                     Err(e) if Instant::now() < deadline => {
                         // A master whose mariadbd died still holds its lease until it runs out and another member
                         // takes over: hold the client through that election, as for NoMaster, instead of failing
@@ -287,7 +290,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
         return;
     }
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode) => Some(done),
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats) => Some(done),
         why = moved_away => {
             shared.stats.cut_on_master_change();
             info!(node_id, master_version, why, "cutting connection to a former master");
@@ -307,12 +310,18 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     let header = proxy_header(shared, &client, peer);
     let shutdown = shutdown_requested(shared.shutdown.clone());
     tokio::pin!(shutdown);
+    let timeout = shared.cfg.connect_timeout;
+    let open = async {
+        let mut server = connect_backend(backend, timeout, header).await?;
+        let greeting = read_greeting(&mut server, backend, timeout).await?;
+        Ok::<_, ProxyError>((server, greeting))
+    };
     let connected = tokio::select! {
         _ = &mut shutdown => return,
-        connected = connect_backend(backend, shared.cfg.connect_timeout, header) => connected,
+        connected = open => connected,
     };
-    let mut server = match connected {
-        Ok(server) => server,
+    let (mut server, mut greeting) = match connected {
+        Ok(opened) => opened,
         Err(e) => {
             warn!(error = %e, "local mariadbd unreachable");
             shared.stats.refused_backend_unreachable();
@@ -320,8 +329,13 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
             return;
         }
     };
+    // The read-only port reaches the master's own mariadbd on the master's node: it filters commands too.
+    restrict_greeting(&mut greeting);
+    if client.write_all(&greeting).await.is_err() {
+        return;
+    }
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode) => Some(done),
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats) => Some(done),
         _ = &mut shutdown => None,
     };
     if let Some(done) = outcome {

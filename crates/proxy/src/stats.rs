@@ -9,6 +9,8 @@ pub struct ProxyStats {
     refused_backend_unreachable: AtomicU64,
     refused_max_connections: AtomicU64,
     cut_on_master_change: AtomicU64,
+    kills_softened: AtomicU64,
+    commands_refused: AtomicU64,
     bytes_client_to_server: AtomicU64,
     bytes_server_to_client: AtomicU64,
 }
@@ -28,6 +30,12 @@ pub struct ProxyStatsSnapshot {
     pub refused_max_connections: u64,
     /// RW connections cut because the route moved away from the master they were forwarded to.
     pub cut_on_master_change: u64,
+    /// `KILL` statements and `COM_PROCESS_KILL` commands sent on as `KILL SOFT`, so that they cannot end a commit
+    /// that waits for its majority.
+    pub kills_softened: u64,
+    /// Client commands answered with an error instead of being sent (a `KILL` inside another statement, dynamic
+    /// SQL the proxy cannot read, TLS or compression asked for).
+    pub commands_refused: u64,
     /// Bytes forwarded client → server by connections that ended by themselves (cut ones are not counted:
     /// splice keeps its tally until it finishes).
     pub bytes_client_to_server: u64,
@@ -45,6 +53,8 @@ impl ProxyStats {
             refused_backend_unreachable: self.refused_backend_unreachable.load(Relaxed),
             refused_max_connections: self.refused_max_connections.load(Relaxed),
             cut_on_master_change: self.cut_on_master_change.load(Relaxed),
+            kills_softened: self.kills_softened.load(Relaxed),
+            commands_refused: self.commands_refused.load(Relaxed),
             bytes_client_to_server: self.bytes_client_to_server.load(Relaxed),
             bytes_server_to_client: self.bytes_server_to_client.load(Relaxed),
         }
@@ -71,6 +81,14 @@ impl ProxyStats {
 
     pub(crate) fn cut_on_master_change(&self) {
         self.cut_on_master_change.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn kill_softened(&self) {
+        self.kills_softened.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn command_refused(&self) {
+        self.commands_refused.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn forwarded(&self, client_to_server: u64, server_to_client: u64) {

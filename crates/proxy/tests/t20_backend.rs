@@ -1,4 +1,4 @@
-//! The RO port, the PROXY protocol header and TLS passthrough against a real MariaDB 10.11 replica-profile
+//! The RO port, the PROXY protocol header and the refusal of TLS against a real MariaDB 10.11 replica-profile
 //! server (read_only=ON) that trusts PROXY headers from 127.0.0.1.
 
 mod common;
@@ -38,7 +38,7 @@ fn make_cert(dir: &std::path::Path) -> anyhow::Result<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ro_port_proxy_protocol_and_tls_passthrough() -> anyhow::Result<()> {
+async fn ro_port_proxy_protocol_and_tls_refusal() -> anyhow::Result<()> {
     init_tracing();
     let certs = tempfile::tempdir()?;
     let (cert, key) = make_cert(certs.path())?;
@@ -132,19 +132,14 @@ async fn ro_port_proxy_protocol_and_tls_passthrough() -> anyhow::Result<()> {
     let run = cli(rw_from_client, APP_USER, APP_PASSWORD, &["--skip-ssl"], "SELECT USER()").await?;
     ensure!(run.success && run.stdout == "app@127.0.0.2", "{run:?}");
 
-    phase("TLS passthrough: the client's TLS session ends at MariaDB, through the proxy, with the PROXY header");
-    let run = cli(
-        rw_from_client,
-        APP_USER,
-        APP_PASSWORD,
-        &["--ssl"],
-        "SELECT USER(); SHOW SESSION STATUS LIKE 'Ssl_version'",
-    )
-    .await?;
-    ensure!(run.success, "{run:?}");
-    let lines: Vec<&str> = run.stdout.lines().collect();
-    ensure!(lines.first() == Some(&"app@127.0.0.2"), "{run:?}");
-    ensure!(lines.get(1).is_some_and(|l| l.starts_with("Ssl_version\tTLSv1.")), "not TLS: {run:?}");
+    phase("TLS: refused with an error, never forwarded unread nor downgraded (the proxy reads every command)");
+    // The client sends its TLS hello right after the SSL request, so it reports our ERR packet as a TLS error;
+    // the point is that it fails instead of running commands the proxy cannot see. TLS ends at the proxy once it
+    // terminates TLS itself.
+    let refused_before = proxy.stats.snapshot().commands_refused;
+    let run = cli(rw_from_client, APP_USER, APP_PASSWORD, &["--ssl"], "SELECT USER()").await?;
+    ensure!(!run.success && run.stderr.contains("ERROR 2026"), "{run:?}");
+    ensure!(proxy.stats.snapshot().commands_refused == refused_before + 1);
     // And a client that does not ask for TLS stays in clear text.
     let run =
         cli(ro_from_client, APP_USER, APP_PASSWORD, &["--skip-ssl"], "SHOW SESSION STATUS LIKE 'Ssl_version'").await?;

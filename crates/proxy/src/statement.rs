@@ -1,0 +1,383 @@
+//! What the proxy lets through of a client's SQL text: every way a session can interrupt a commit that waits for
+//! its semi-sync ACK.
+//!
+//! MariaDB 10.11 ends the AFTER_SYNC wait when the waiting session is killed (`thd_killed()`, which reports only
+//! *hard* kills), and the transaction then commits without any replica holding it: readers see it, and with
+//! `KILL QUERY` the writer even gets OK. A *soft* kill (`KILL SOFT …`) is honoured by the SQL layer at its usual
+//! check points but not by the wait: the commit stays pending until a majority holds it or the node fences the
+//! server. So the proxy turns every `KILL` a client sends into `KILL SOFT`, and refuses the forms it cannot turn
+//! (a `KILL` inside another statement, a `KILL` prepared from SQL text, SQL text prepared from an expression it
+//! cannot read). The tests in `crates/proxy/tests/t30_kill.rs` show each path on a real server.
+//!
+//! The judge is conservative about the lexical modes it cannot see (`NO_BACKSLASH_ESCAPES`, `ANSI_QUOTES`): it
+//! lexes the text in each mode and refuses when any reading could hide a `KILL`.
+
+/// What to do with one statement text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send it unchanged.
+    Forward,
+    /// Send this text instead (a `KILL` made soft).
+    Rewrite(Vec<u8>),
+    /// Answer the client with this message and send nothing.
+    Refuse(&'static str),
+}
+
+pub const REFUSE_EMBEDDED_KILL: &str =
+    "paxsql: KILL is accepted only as a statement of its own (it is sent on as KILL SOFT, so that it cannot end a \
+     commit that waits for its majority)";
+pub const REFUSE_DYNAMIC_SQL: &str =
+    "paxsql: PREPARE ... FROM and EXECUTE IMMEDIATE take only string literals here, and no KILL: the proxy must see \
+     every KILL to keep a commit from ending before a majority holds it";
+
+/// Words that start every form this module cares about. A statement whose bytes contain none of them (in any case)
+/// cannot hold a KILL, PREPARE or EXECUTE keyword: SQL keywords are written literally, no escape or comment
+/// produces their letters.
+const SUSPECT_WORDS: [&[u8]; 3] = [b"kill", b"prepare", b"execute"];
+
+/// Judges one SQL text (a `COM_QUERY` or `COM_STMT_PREPARE` payload after its command byte).
+pub fn judge(sql: &[u8]) -> Verdict {
+    if !is_suspect(sql) {
+        return Verdict::Forward;
+    }
+    let verdicts: Vec<Verdict> = LexMode::ALL.iter().map(|mode| judge_in(sql, *mode)).collect();
+    if let Some(Verdict::Refuse(why)) = verdicts.iter().find(|v| matches!(v, Verdict::Refuse(_))) {
+        return Verdict::Refuse(why);
+    }
+    match verdicts.as_slice() {
+        [first, rest @ ..] if rest.iter().all(|v| v == first) => first.clone(),
+        // Readings that disagree on whether or where there is a KILL: do not guess, never send a hard one.
+        _ => Verdict::Refuse(REFUSE_EMBEDDED_KILL),
+    }
+}
+
+/// Whether `bytes` contain one of [`SUSPECT_WORDS`], ignoring ASCII case.
+pub fn is_suspect(bytes: &[u8]) -> bool {
+    SUSPECT_WORDS.iter().any(|w| contains_ignore_case(bytes, w))
+}
+
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.len() >= needle.len() && hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+}
+
+/// The SQL-mode dependent parts of MariaDB's lexer: whether a backslash escapes the next character inside
+/// `'…'` and inside `"…"` (`NO_BACKSLASH_ESCAPES` turns both off; `ANSI_QUOTES` makes `"…"` an identifier, where
+/// a backslash is an ordinary character).
+#[derive(Clone, Copy, Debug)]
+struct LexMode {
+    backslash_in_single: bool,
+    backslash_in_double: bool,
+}
+
+impl LexMode {
+    const ALL: [LexMode; 4] = [
+        LexMode { backslash_in_single: true, backslash_in_double: true },
+        LexMode { backslash_in_single: true, backslash_in_double: false },
+        LexMode { backslash_in_single: false, backslash_in_double: true },
+        LexMode { backslash_in_single: false, backslash_in_double: false },
+    ];
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    /// A bare word, lower-cased; `start..end` in the text; whether it stood inside `/*! … */`.
+    Word {
+        lower: Vec<u8>,
+        start: usize,
+        end: usize,
+        in_executable_comment: bool,
+    },
+    /// A `'…'` or `"…"` literal: its bytes between the quotes, escapes left in.
+    Text(Vec<u8>),
+    /// A backtick-quoted identifier.
+    QuotedIdent,
+    Semicolon,
+    /// Any other character.
+    Punct,
+}
+
+fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let mut in_exec = false;
+    let n = sql.len();
+    while i < n {
+        let c = sql[i];
+        match c {
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => i += 1,
+            b'#' => i = skip_line(sql, i),
+            b'-' if sql.get(i + 1) == Some(&b'-')
+                && sql.get(i + 2).is_none_or(|c| c.is_ascii_whitespace() || *c < 32) =>
+            {
+                i = skip_line(sql, i)
+            }
+            b'/' if sql.get(i + 1) == Some(&b'*') => {
+                let exec_start = match (sql.get(i + 2), sql.get(i + 3)) {
+                    (Some(b'!'), _) => Some(i + 3),
+                    (Some(b'M'), Some(b'!')) => Some(i + 4),
+                    _ => None,
+                };
+                match exec_start {
+                    // `/*!NNNNN …*/` and `/*M!NNNNNN …*/`: MariaDB runs the content as SQL (when its version is at
+                    // least NNNNN; we assume it always is).
+                    Some(mut j) if !in_exec => {
+                        while j < n && sql[j].is_ascii_digit() {
+                            j += 1;
+                        }
+                        in_exec = true;
+                        i = j;
+                    }
+                    _ => i = skip_block_comment(sql, i + 2),
+                }
+            }
+            b'*' if in_exec && sql.get(i + 1) == Some(&b'/') => {
+                in_exec = false;
+                i += 2;
+            }
+            b'\'' | b'"' => {
+                let backslash = if c == b'\'' { mode.backslash_in_single } else { mode.backslash_in_double };
+                let (content, next) = quoted(sql, i, c, backslash);
+                out.push(Token::Text(content));
+                i = next;
+            }
+            b'`' => {
+                let (_, next) = quoted(sql, i, b'`', false);
+                out.push(Token::QuotedIdent);
+                i = next;
+            }
+            b';' => {
+                out.push(Token::Semicolon);
+                i += 1;
+            }
+            c if is_word_byte(c) => {
+                let start = i;
+                while i < n && is_word_byte(sql[i]) {
+                    i += 1;
+                }
+                out.push(Token::Word {
+                    lower: sql[start..i].to_ascii_lowercase(),
+                    start,
+                    end: i,
+                    in_executable_comment: in_exec,
+                });
+            }
+            _ => {
+                out.push(Token::Punct);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn is_word_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80
+}
+
+fn skip_line(sql: &[u8], mut i: usize) -> usize {
+    while i < sql.len() && sql[i] != b'\n' {
+        i += 1;
+    }
+    i
+}
+
+fn skip_block_comment(sql: &[u8], mut i: usize) -> usize {
+    while i + 1 < sql.len() {
+        if sql[i] == b'*' && sql[i + 1] == b'/' {
+            return i + 2;
+        }
+        i += 1;
+    }
+    sql.len()
+}
+
+/// Reads a quoted run starting at `sql[open]` (the quote); a doubled quote stands for one. Returns the bytes
+/// between the quotes (escapes and doubled quotes as written) and the index after the closing quote.
+fn quoted(sql: &[u8], open: usize, quote: u8, backslash: bool) -> (Vec<u8>, usize) {
+    let mut i = open + 1;
+    while i < sql.len() {
+        let c = sql[i];
+        if backslash && c == b'\\' {
+            i += 2;
+            continue;
+        }
+        if c == quote {
+            if sql.get(i + 1) == Some(&quote) {
+                i += 2;
+                continue;
+            }
+            return (sql[open + 1..i].to_vec(), i + 1);
+        }
+        i += 1;
+    }
+    (sql[(open + 1).min(sql.len())..].to_vec(), sql.len())
+}
+
+fn is_word(t: Option<&Token>, word: &[u8]) -> bool {
+    matches!(t, Some(Token::Word { lower, .. }) if lower == word)
+}
+
+fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
+    let tokens = lex(sql, mode);
+    // Dynamic SQL first: its text is hidden from the KILL check below, so it must be literal and clean.
+    for (i, t) in tokens.iter().enumerate() {
+        let source_at = if is_word(Some(t), b"prepare") && is_word(tokens.get(i + 2), b"from") {
+            Some(i + 3)
+        } else if is_word(Some(t), b"execute") && is_word(tokens.get(i + 1), b"immediate") {
+            Some(i + 2)
+        } else {
+            None
+        };
+        if let Some(at) = source_at {
+            if !literal_source_is_clean(&tokens[at..]) {
+                return Verdict::Refuse(REFUSE_DYNAMIC_SQL);
+            }
+        }
+    }
+    let kills: Vec<usize> =
+        tokens.iter().enumerate().filter(|(_, t)| is_word(Some(t), b"kill")).map(|(i, _)| i).collect();
+    let Some(&first) = kills.first() else { return Verdict::Forward };
+    // The only KILL we pass on: a statement of its own, `KILL …` with nothing before it and at most a `;` after.
+    let Token::Word { start, end, in_executable_comment, .. } = &tokens[first] else {
+        return Verdict::Refuse(REFUSE_EMBEDDED_KILL);
+    };
+    let alone = first == 0
+        && kills.len() == 1
+        && !in_executable_comment
+        && !tokens.iter().any(|t| matches!(t, Token::Word { in_executable_comment: true, .. }))
+        && match tokens.iter().position(|t| *t == Token::Semicolon) {
+            None => true,
+            Some(p) => tokens[p..].iter().all(|t| *t == Token::Semicolon),
+        };
+    if !alone {
+        return Verdict::Refuse(REFUSE_EMBEDDED_KILL);
+    }
+    // `KILL [HARD|SOFT] …` → `KILL SOFT …`, the rest of the text as the client wrote it.
+    let rest_from = match tokens.get(1) {
+        Some(Token::Word { lower, end, .. }) if lower == b"hard" || lower == b"soft" => *end,
+        _ => *end,
+    };
+    let mut text = Vec::with_capacity(sql.len() + 5);
+    text.extend_from_slice(&sql[..*start]);
+    text.extend_from_slice(b"KILL SOFT");
+    text.extend_from_slice(&sql[rest_from..]);
+    Verdict::Rewrite(text)
+}
+
+/// The source of `PREPARE s FROM …` / `EXECUTE IMMEDIATE …`: one or more adjacent string literals (MariaDB
+/// concatenates them), then the end, a `;` or `USING`; and their text free of every suspect word once backslashes
+/// are dropped (no escape makes a letter, so this reading covers every mode).
+fn literal_source_is_clean(tokens: &[Token]) -> bool {
+    let mut text = Vec::new();
+    let mut n = 0;
+    for t in tokens {
+        match t {
+            Token::Text(bytes) => {
+                text.extend(bytes.iter().copied().filter(|c| *c != b'\\'));
+                n += 1;
+            }
+            Token::Semicolon => break,
+            Token::Word { lower, .. } if lower == b"using" && n > 0 => break,
+            _ => return false,
+        }
+    }
+    n > 0 && !is_suspect(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewritten(sql: &str) -> String {
+        match judge(sql.as_bytes()) {
+            Verdict::Rewrite(t) => String::from_utf8(t).unwrap(),
+            other => panic!("{sql:?}: {other:?}"),
+        }
+    }
+
+    fn refused(sql: &str) {
+        assert!(matches!(judge(sql.as_bytes()), Verdict::Refuse(_)), "{sql:?} was not refused");
+    }
+
+    fn forwarded(sql: &str) {
+        assert_eq!(judge(sql.as_bytes()), Verdict::Forward, "{sql:?}");
+    }
+
+    #[test]
+    fn every_form_of_kill_becomes_soft() {
+        assert_eq!(rewritten("KILL 5"), "KILL SOFT 5");
+        assert_eq!(rewritten("kill query 5"), "KILL SOFT query 5");
+        assert_eq!(rewritten("KILL QUERY ID 9"), "KILL SOFT QUERY ID 9");
+        assert_eq!(rewritten("KILL CONNECTION 5;"), "KILL SOFT CONNECTION 5;");
+        assert_eq!(rewritten("KILL HARD QUERY 5"), "KILL SOFT QUERY 5");
+        assert_eq!(rewritten("KILL SOFT 5"), "KILL SOFT 5");
+        assert_eq!(rewritten("  /* why */ Kill USER app"), "  /* why */ KILL SOFT USER app");
+        assert_eq!(rewritten("-- x\nKILL 7 ;"), "-- x\nKILL SOFT 7 ;");
+    }
+
+    #[test]
+    fn kill_anywhere_else_is_refused() {
+        refused("SELECT 1; KILL 5");
+        refused("KILL 5; SELECT 1");
+        refused("/*!KILL 5*/");
+        refused("/*M!100000 KILL 5 */");
+        refused("/*!50000 SELECT 1*/; KILL 5");
+        refused("BEGIN NOT ATOMIC KILL 5; END");
+        refused("CREATE PROCEDURE p() KILL 5");
+        refused("CREATE EVENT e ON SCHEDULE EVERY 1 SECOND DO KILL 5");
+        refused("KILL 5; KILL 6");
+    }
+
+    #[test]
+    fn a_kill_hidden_by_one_quoting_mode_is_refused() {
+        // With NO_BACKSLASH_ESCAPES the string ends at the backslash and the KILL runs.
+        refused(r"SELECT 'a\'; KILL 5; -- '");
+        // With ANSI_QUOTES, "…" is an identifier in which a backslash is an ordinary character.
+        refused(r#"SELECT "a\"; KILL 5; -- ""#);
+    }
+
+    #[test]
+    fn dynamic_sql_must_be_literal_and_clean() {
+        refused("PREPARE s FROM @q");
+        refused("PREPARE s FROM CONCAT('KI','LL 5')");
+        refused("PREPARE s FROM 'KILL 5'");
+        refused("PREPARE s FROM 'KI' 'LL 5'");
+        refused(r"PREPARE s FROM 'K\ILL 5'");
+        refused("EXECUTE IMMEDIATE @q");
+        refused("EXECUTE IMMEDIATE 'kill 5'");
+        refused("EXECUTE IMMEDIATE CONCAT('SEL', 'ECT 1')");
+        refused("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE ?' USING @q");
+        forwarded("PREPARE s FROM 'SELECT * FROM t WHERE id = ?'");
+        forwarded("EXECUTE IMMEDIATE 'SELECT ?' USING 1");
+        forwarded("EXECUTE s USING @a");
+        forwarded("XA PREPARE 'x1'");
+        forwarded("DEALLOCATE PREPARE s");
+    }
+
+    #[test]
+    fn ordinary_statements_pass_untouched() {
+        forwarded("INSERT INTO t VALUES (1)");
+        forwarded("SELECT 'kill me' AS txt");
+        forwarded("SELECT `kill` FROM t");
+        forwarded("INSERT INTO log VALUES ('please KILL 5; now')");
+        forwarded("SELECT 1 -- KILL 5");
+        forwarded("SELECT 1 /* KILL 5 */");
+        forwarded("SELECT 1 # KILL 5\n");
+        forwarded("UPDATE t SET skill = 1");
+        forwarded("");
+    }
+
+    #[test]
+    fn never_panics_on_arbitrary_bytes() {
+        let samples: [&[u8]; 8] =
+            [b"kill", b"'", b"/*!", b"/*M!", b"kill '\\", b"\xff\xfekill\x00", b"prepare s from", b"execute immediate"];
+        for s in samples {
+            let _ = judge(s);
+        }
+        // Every prefix of a tricky text.
+        let text = br#"/*!1 KILL*/ 'a\'' "b\"" `c``` ; PREPARE s FROM 'x' ; EXECUTE IMMEDIATE 'y' USING 1; kill 5"#;
+        for end in 0..=text.len() {
+            let _ = judge(&text[..end]);
+        }
+    }
+}
