@@ -145,3 +145,71 @@ fn no_account_without_a_password_and_a_master_without_its_guarantees_stops_servi
     c.sql_via(m2, "proxy_rw", "INSERT INTO g VALUES (1)", t).expect("the new master serves");
     c.wait_all(&[1, 2, 3], "SELECT COUNT(*) FROM g", "1", Duration::from_secs(60));
 }
+
+/// A probe that opens a new connection through every node's RW port every 20 ms and asks which server answers:
+/// every answer must come from a writable master, never from a read-only server (a demoted or recovering former
+/// master, a replica). Returns (answers from a master, answers from read-only servers, failures).
+fn probe_rw_ports(c: &Cluster, for_how_long: Duration) -> (usize, Vec<String>, Vec<String>) {
+    let deadline = Instant::now() + for_how_long;
+    let (mut answers, mut read_only, mut failed) = (0, Vec::new(), Vec::new());
+    thread::scope(|scope| {
+        let probes: Vec<_> = [1, 2, 3]
+            .into_iter()
+            .map(|id| {
+                scope.spawn(move || {
+                    let mut seen = Vec::new();
+                    while Instant::now() < deadline {
+                        seen.push(c.sql_via(id, "proxy_rw", "SELECT @@port, @@read_only", Duration::from_secs(8)));
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for p in probes {
+            for answer in p.join().expect("probe thread") {
+                match answer {
+                    Ok(row) if row.ends_with("\t1") => read_only.push(row),
+                    Ok(_) => answers += 1,
+                    Err(e) => failed.push(e),
+                }
+            }
+        }
+    });
+    (answers, read_only, failed)
+}
+
+#[test]
+fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_dies_or_its_node_freezes() {
+    let c = Cluster::up(3, 27200);
+    for (round, fault) in
+        ["kill -9 of the master's mariadbd", "SIGSTOP of the master's node for 4 s", "kill -9 of the master's mariadbd"]
+            .into_iter()
+            .enumerate()
+    {
+        let (m, term) = c.master_term().expect("a master");
+        eprintln!("round {round}: {fault} (node {m}) while every RW port is probed");
+        let (answers, read_only, failed) = thread::scope(|scope| {
+            let probe = scope.spawn(|| probe_rw_ports(&c, Duration::from_secs(8)));
+            thread::sleep(Duration::from_millis(500));
+            if fault.starts_with("SIGSTOP") {
+                c.pause_node(m);
+                thread::sleep(Duration::from_secs(4));
+                c.resume_node(m);
+            } else {
+                c.kill9_mariadbd(m);
+            }
+            probe.join().expect("probe")
+        });
+        eprintln!(
+            "round {round}: {answers} answers from a master, {} failed, read-only answers: {read_only:?}",
+            failed.len()
+        );
+        for f in failed.iter().take(3) {
+            eprintln!("  failed: {f}");
+        }
+        assert!(read_only.is_empty(), "{fault}: RW connections answered by a read-only server: {read_only:?}");
+        assert!(answers > 0, "no answer at all");
+        c.wait_new_term(term, Duration::from_secs(30));
+    }
+}

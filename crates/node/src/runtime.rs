@@ -11,7 +11,7 @@ use std::time::Duration;
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
 use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
-use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, StatusReply, StatusRequest};
+use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, ServingReply, ServingRequest, StatusReply, StatusRequest};
 use paxsql_peer_transport::{ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
 use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
 use serde::Serialize;
@@ -102,7 +102,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let (admin_status_tx, admin_status) = watch::channel(StatusReply::default());
     let auth = ClusterAuth::new(&cfg.cluster_id, &tcfg.cluster_secret)?;
     let (admin_donor, donor_slot) = watch::channel(None);
-    let admin_service = AdminService { status: admin_status, donor: donor_slot };
+    // Which term (if any) the local mariadbd serves as master: set by the role controller after a promotion and
+    // cleared before a demotion kills mariadbd.
+    let (serving_tx, serving) = watch::channel(None);
+    let admin_service = AdminService { status: admin_status, donor: donor_slot, serving: serving.clone() };
     let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
     let (peer_server, mut peer_rx) = PeerServer::bind_with_routes(cfg.listen.peer, &tcfg, Some(routes)).await?;
     let mut client = PeerClient::new(&tcfg)?;
@@ -146,7 +149,6 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let donor = Arc::new(BackupDonor::new(cfg.mariadb.clone(), defaults_file, admin_password, cfg.data_dir.clone()));
     admin_donor.send_replace(Some((donor, local_role.clone())));
 
-    let (serving_tx, serving) = watch::channel(None);
     let metrics = Metrics::new(cfg.node_id);
     let ctx = Arc::new(RoleContext {
         node_id: cfg.node_id,
@@ -188,7 +190,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             max_connections: cfg.proxy.max_connections,
             ..ProxyConfig::default()
         };
-        let proxy = Proxy::bind(pcfg, route_rx).await?;
+        let check = master_check(cfg.node_id, serving.clone(), &cfg.members, &auth, pcfg.connect_timeout)?;
+        let proxy = Proxy::bind(pcfg, route_rx).await?.with_master_check(check);
         tracing::info!(rw = ?proxy.rw_addr(), ro = ?proxy.ro_addr(), "proxy listening");
         proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
@@ -353,17 +356,68 @@ async fn publish_routes(
     }
 }
 
+/// The RW port's confirmation that a master's mariadbd serves the term its route names: this node's own serving
+/// term, or the master's node asked over the authenticated admin service (`Serving`). No answer within
+/// `timeout` counts as no: the client is held, as during an election.
+fn master_check(
+    node_id: u64,
+    serving: watch::Receiver<Option<u64>>,
+    members: &[crate::config::MemberConfig],
+    auth: &ClusterAuth,
+    timeout: Duration,
+) -> Result<paxsql_proxy::MasterCheck, NodeError> {
+    use paxsql_peer_transport::pb::admin_client::AdminClient;
+    let mut clients = std::collections::HashMap::new();
+    for m in members.iter().filter(|m| m.id != node_id) {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", m.peer))
+            .map_err(|e| NodeError::Other(format!("member {} peer address {}: {e}", m.id, m.peer)))?
+            .connect_timeout(timeout);
+        clients.insert(m.id, AdminClient::new(endpoint.connect_lazy()));
+    }
+    let clients = Arc::new(clients);
+    let auth = auth.clone();
+    Ok(Arc::new(move |master: u64, master_version: u64| {
+        let (serving, clients, auth) = (serving.clone(), clients.clone(), auth.clone());
+        Box::pin(async move {
+            if master == node_id {
+                return *serving.borrow() == Some(master_version);
+            }
+            let Some(client) = clients.get(&master) else { return false };
+            let mut client = client.clone();
+            let mut request = tonic::Request::new(ServingRequest { master_version });
+            auth.attach(&mut request);
+            match tokio::time::timeout(timeout, client.serving(request)).await {
+                Ok(Ok(reply)) => reply.into_inner().serving,
+                Ok(Err(status)) => {
+                    tracing::debug!(master, master_version, %status, "master check failed");
+                    false
+                }
+                Err(_) => false,
+            }
+        })
+    }))
+}
+
 /// The admin service on the peer port: `Status` (the latest status, as published below) and `Backup` (a copy of
 /// the local database for a member being rebuilt, only while the local database is an aligned replica).
 struct AdminService {
     status: watch::Receiver<StatusReply>,
     donor: watch::Receiver<Option<(Arc<BackupDonor>, watch::Receiver<LocalRole>)>>,
+    serving: watch::Receiver<Option<u64>>,
 }
 
 #[tonic::async_trait]
 impl Admin for AdminService {
     async fn status(&self, _: tonic::Request<StatusRequest>) -> Result<tonic::Response<StatusReply>, tonic::Status> {
         Ok(tonic::Response::new(self.status.borrow().clone()))
+    }
+
+    async fn serving(
+        &self,
+        request: tonic::Request<ServingRequest>,
+    ) -> Result<tonic::Response<ServingReply>, tonic::Status> {
+        let asked = request.into_inner().master_version;
+        Ok(tonic::Response::new(ServingReply { serving: *self.serving.borrow() == Some(asked) }))
     }
 
     type BackupStream = tokio_stream::wrappers::ReceiverStream<Result<BackupChunk, tonic::Status>>;

@@ -430,6 +430,12 @@ async fn admin_service_shares_the_port_and_the_authentication() {
         ) -> Result<tonic::Response<pb::StatusReply>, tonic::Status> {
             Ok(tonic::Response::new(pb::StatusReply { node_id: 1, role: "replica".into(), ..Default::default() }))
         }
+        async fn serving(
+            &self,
+            _: tonic::Request<pb::ServingRequest>,
+        ) -> Result<tonic::Response<pb::ServingReply>, tonic::Status> {
+            Ok(tonic::Response::new(pb::ServingReply { serving: false }))
+        }
         type BackupStream = futures_util::stream::Empty<Result<pb::BackupChunk, tonic::Status>>;
         async fn backup(
             &self,

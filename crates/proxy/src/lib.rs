@@ -48,5 +48,5 @@ pub mod wire;
 pub use config::{ForwardMode, ProxyConfig};
 pub use error::ProxyError;
 pub use route::Route;
-pub use server::Proxy;
+pub use server::{MasterCheck, Proxy};
 pub use stats::{ProxyStats, ProxyStatsSnapshot};

@@ -23,14 +23,28 @@ const ERR_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// Asks the node of a master whether its mariadbd serves as master in a term right now: `(node_id,
+/// master_version) -> yes`. The RW port calls it after the backend greeted and before the client is handed over;
+/// `false` (or no answer) holds the client as during an election. A route can be stale (another node's view of a
+/// lease that is still running while that master already resigned and restarted its mariadbd); the master's own
+/// node cannot be.
+pub type MasterCheck =
+    Arc<dyn Fn(u64, u64) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> + Send + Sync>;
+
 /// A bound proxy: listeners open, not serving yet. Call [`Proxy::run`].
-#[derive(Debug)]
 pub struct Proxy {
     cfg: ProxyConfig,
     rw: Option<TcpListener>,
     ro: Option<TcpListener>,
     routes: watch::Receiver<Route>,
     stats: Arc<ProxyStats>,
+    master_check: Option<MasterCheck>,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy").field("cfg", &self.cfg).field("master_check", &self.master_check.is_some()).finish()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +67,7 @@ struct Shared {
     cfg: ProxyConfig,
     stats: Arc<ProxyStats>,
     routes: watch::Receiver<Route>,
+    master_check: Option<MasterCheck>,
     shutdown: watch::Receiver<bool>,
     /// One permit per open connection; `run` takes them all back to know every task is gone.
     slots: Arc<Semaphore>,
@@ -71,7 +86,13 @@ impl Proxy {
             Some(addr) => Some(listen(addr).await?),
             None => None,
         };
-        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default() })
+        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default(), master_check: None })
+    }
+
+    /// Makes the RW port confirm each backend with `check` before handing a client to it (see [`MasterCheck`]).
+    pub fn with_master_check(mut self, check: MasterCheck) -> Proxy {
+        self.master_check = Some(check);
+        self
     }
 
     /// The bound read-write address.
@@ -97,6 +118,7 @@ impl Proxy {
             cfg: self.cfg,
             stats: self.stats,
             routes: self.routes,
+            master_check: self.master_check,
             shutdown: shutdown.clone(),
             slots: Arc::new(Semaphore::new(max)),
             next_conn_id: AtomicU64::new(1),
@@ -207,6 +229,18 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 let open = async {
                     let mut server = connect_backend(addr, timeout, header).await?;
                     let greeting = read_greeting(&mut server, addr, timeout).await?;
+                    // Asked after the greeting: a yes now means the process that greeted is the serving master
+                    // (or already dead), never a demoted or recovering one.
+                    if let Some(check) = &shared.master_check {
+                        if !check(node_id, master_version).await {
+                            abort(server);
+                            return Err(ProxyError::BackendUnreachable {
+                                addr,
+                                timeout_ms: timeout.as_millis(),
+                                detail: format!("node {node_id} does not serve as master in term {master_version}"),
+                            });
+                        }
+                    }
                     Ok::<_, ProxyError>((server, greeting))
                 };
                 let connected = tokio::select! {
