@@ -213,3 +213,125 @@ fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_dies_or_its_node_
         c.wait_new_term(term, Duration::from_secs(30));
     }
 }
+
+/// tmpfs mounts of a test, unmounted when dropped (after the cluster using them, declared later, is down).
+struct Mounts(Vec<std::path::PathBuf>);
+
+impl Mounts {
+    fn tmpfs(&mut self, path: &std::path::Path, size: &str) {
+        std::fs::create_dir_all(path).expect("mount point");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "cannot mount a tmpfs on {} (the test needs root)", path.display());
+        self.0.push(path.to_path_buf());
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for p in self.0.iter().rev() {
+            let _ = Command::new("umount").arg("-l").arg(p).status();
+        }
+    }
+}
+
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn pid_alive(pid: Option<i32>) -> bool {
+    pid.is_some_and(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+    })
+}
+
+#[test]
+fn a_master_whose_global_log_store_fills_up_stops_serving_and_another_takes_over() {
+    let mut mounts = Mounts(Vec::new());
+    // Each node's own directory (the global-log store, its status and lock files) on a small filesystem.
+    let c = Cluster::up_prepared(3, 27300, |dir| {
+        for id in 1..=3 {
+            mounts.tmpfs(&dir.join(format!("n{id}/node")), "64m");
+        }
+    });
+    let t = Duration::from_secs(10);
+    let (m, term) = c.master_term().expect("a master");
+    let other = [1, 2, 3].into_iter().find(|n| *n != m).expect("another node");
+    c.sql_via(m, "proxy_rw", "CREATE TABLE f (id INT PRIMARY KEY, pad MEDIUMBLOB)", t).expect("create");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (acked, filled_at, node_gone_after) = thread::scope(|scope| {
+        // Stops the writer however this closure ends (a failed check unwinds through here).
+        let _stop_writer = StopOnDrop(&stop);
+        // A writer through another node's RW port, which follows the master: what it got OK for must survive.
+        let writer = scope.spawn(|| {
+            let mut acked = Vec::new();
+            let mut id = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                id += 1;
+                // 32 KiB that do not compress (the store compresses its batches), so the store's preallocated space
+                // runs out within seconds.
+                let pad = vec!["RANDOM_BYTES(1024)"; 32].join(", ");
+                let sql = format!("INSERT INTO f VALUES ({id}, CONCAT({pad}))");
+                if c.sql_via(other, "proxy_rw", &sql, Duration::from_secs(8)).is_ok() {
+                    acked.push(id);
+                }
+            }
+            acked
+        });
+        thread::sleep(Duration::from_secs(1));
+        let store = c.node_dir(m).join("node");
+        let df = Command::new("df").args(["-B1M", "--output=avail"]).arg(&store).output().expect("df");
+        let avail: u64 =
+            String::from_utf8_lossy(&df.stdout).lines().nth(1).and_then(|l| l.trim().parse().ok()).expect("df");
+        eprintln!("filling master {m}'s store filesystem: {avail} MiB free");
+        let filled_at = Instant::now();
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", "bs=1M", &format!("count={avail}")])
+            .arg(format!("of={}", store.join("fill").display()))
+            .status();
+        let node_pid = common::read_pid(&c.node_dir(m).join("node.pid"));
+        let db_pid = common::read_pid(&c.node_dir(m).join("data/mariadbd.pid"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while (pid_alive(node_pid) || pid_alive(db_pid)) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        let gone = (!pid_alive(node_pid) && !pid_alive(db_pid)).then(|| filled_at.elapsed());
+        c.wait_new_term(term, Duration::from_secs(30));
+        thread::sleep(Duration::from_secs(3));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (writer.join().expect("writer"), filled_at, gone)
+    });
+    eprintln!("node {m} and its mariadbd gone {node_gone_after:?} after the fill; {} writes acknowledged", acked.len());
+    c.wait_log(m, "log/node.log", "fatal", Duration::from_secs(1));
+    let gone = node_gone_after.expect("the master's node and mariadbd must stop when its store cannot write");
+    assert!(gone < Duration::from_secs(5), "stopped only {gone:?} after the disk filled");
+    let _ = filled_at;
+    // Room again: the node comes back, catches up, and every acknowledged write is on every node.
+    let _ = std::fs::remove_file(c.node_dir(m).join("node/fill"));
+    c.restart_node(m);
+    let m2 = c.wait_master(None, Duration::from_secs(30));
+    let count = c.sql(m2, "SELECT COUNT(*) FROM f", t).expect("count");
+    let max_acked = acked.iter().max().copied().unwrap_or(0);
+    let missing = c
+        .sql(
+            m2,
+            &format!(
+                "SELECT {} - COUNT(*) FROM f WHERE id IN ({})",
+                acked.len(),
+                acked.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+            ),
+            t,
+        )
+        .expect("acked check");
+    assert_eq!(missing, "0", "acknowledged writes lost (max acked id {max_acked})");
+    c.wait_all(&[1, 2, 3], "SELECT COUNT(*) FROM f", &count, Duration::from_secs(90));
+}

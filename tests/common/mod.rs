@@ -42,7 +42,13 @@ fn require_mariadb() {
 
 impl Cluster {
     pub fn up(nodes: u64, base_port: u16) -> Cluster {
-        Self::start(nodes, base_port, None)
+        Self::start(nodes, base_port, None, |_| {})
+    }
+
+    /// Like [`Cluster::up`], with `prepare` run on the (empty) cluster directory before `cluster up` fills it, e.g.
+    /// to put a node's directories on a filesystem of the test's own.
+    pub fn up_prepared(nodes: u64, base_port: u16, prepare: impl FnOnce(&Path)) -> Cluster {
+        Self::start(nodes, base_port, None, prepare)
     }
 
     /// A cluster inside a network namespace created for it, node N on 127.0.0.N, so that the test can cut
@@ -55,12 +61,13 @@ impl Cluster {
             "cannot create network namespace {ns} (needs root and iproute2: deploy/install-deps.sh)"
         );
         assert!(ok(&["-n", &ns, "link", "set", "lo", "up"]), "cannot bring up lo in {ns}");
-        Self::start(nodes, base_port, Some(ns))
+        Self::start(nodes, base_port, Some(ns), |_| {})
     }
 
-    fn start(nodes: u64, base_port: u16, netns: Option<String>) -> Cluster {
+    fn start(nodes: u64, base_port: u16, netns: Option<String>, prepare: impl FnOnce(&Path)) -> Cluster {
         require_mariadb();
         let dir = tempfile::Builder::new().prefix("paxsql-cluster-").tempdir().expect("temp dir");
+        prepare(dir.path());
         let mut cmd = command(&netns, paxsql());
         cmd.args(["cluster", "up", "--nodes", &nodes.to_string(), "--base-port", &base_port.to_string(), "--dir"]);
         cmd.arg(dir.path());

@@ -267,7 +267,31 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     ));
     tracing::info!(peer = %peer_server.local_addr(), replication = repl_port, "node running");
 
-    let _ = shutdown.wait_for(|stop| *stop).await;
+    // The global-log core runs on its own thread; if it ends (a failed write or fsync of the store, a full disk, a
+    // panic) nothing can be acknowledged any more and this node's view of the lease goes stale: a master here must
+    // not stay writable. Kill mariadbd and exit non-zero with the reason; the others elect a new master.
+    let driver_thread = handle.thread;
+    let driver_done = tokio::task::spawn_blocking(move || driver_thread.join());
+    tokio::select! {
+        _ = shutdown.wait_for(|stop| *stop) => {}
+        joined = driver_done => {
+            let why = match joined {
+                Ok(Ok(Ok(()))) => "the global-log core stopped".to_string(),
+                Ok(Ok(Err(e))) => format!("the global-log core failed: {e}"),
+                Ok(Err(_)) => "the global-log core panicked".to_string(),
+                Err(e) => format!("the global-log core could not be watched: {e}"),
+            };
+            tracing::error!(%why, "fatal: killing mariadbd and exiting");
+            match ctx.mariadb.try_lock() {
+                Ok(mut db) => db.kill9(),
+                // The role controller holds it (a start or a rebuild): mariadbd dies with this process anyway
+                // (PR_SET_PDEATHSIG), the exit follows at once.
+                Err(_) => tracing::warn!("mariadbd is busy; it dies with the node process"),
+            }
+            eprintln!("paxsql node {}: fatal: {why}", cfg.node_id);
+            std::process::exit(70);
+        }
+    }
     tracing::info!("node stopping");
     roles_task.abort();
     status_task.abort();
