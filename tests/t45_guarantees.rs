@@ -335,3 +335,52 @@ fn a_master_whose_global_log_store_fills_up_stops_serving_and_another_takes_over
     assert_eq!(missing, "0", "acknowledged writes lost (max acked id {max_acked})");
     c.wait_all(&[1, 2, 3], "SELECT COUNT(*) FROM f", &count, Duration::from_secs(90));
 }
+
+#[test]
+fn the_read_only_port_refuses_while_its_server_is_not_aligned() {
+    let c = Cluster::up(3, 27400);
+    let t = Duration::from_secs(10);
+    let m = c.master().expect("a master");
+    let n = [1, 2, 3].into_iter().find(|x| *x != m).expect("a replica");
+    c.sql_via(m, "proxy_rw", "CREATE TABLE d (id INT PRIMARY KEY)", t).expect("create");
+    c.sql_via(m, "proxy_rw", "INSERT INTO d VALUES (1)", t).expect("insert");
+    c.wait_all(&[1, 2, 3], "SELECT COUNT(*) FROM d", "1", Duration::from_secs(30));
+    assert_eq!(
+        c.sql_via(n, "proxy_ro", "SELECT COUNT(*) FROM d", t).as_deref(),
+        Ok("1"),
+        "RO port of an aligned replica"
+    );
+
+    // Keep a diverged server up instead of rebuilding it, so that what the RO port answers is deterministic.
+    let toml = c.node_dir(n).join("node.toml");
+    let text = std::fs::read_to_string(&toml).expect("node.toml");
+    std::fs::write(&toml, text.replace("[mariadb]\n", "[mariadb]\nauto_rebuild = false\n")).expect("node.toml");
+    c.kill9_node(n);
+    c.restart_node(n);
+    c.wait_all(&[n], "SELECT COUNT(*) FROM d", "1", Duration::from_secs(60));
+
+    eprintln!("phase: a privileged write on replica {n} outside the log, a clean restart of its mariadbd");
+    c.root_sql(n, "INSERT INTO app.d VALUES (666)").expect("root writes on the replica");
+    // A clean shutdown keeps that write (a crash would let recovery drop it); the node restarts mariadbd.
+    let _ = c.root_sql(n, "SHUTDOWN");
+    // Until its node sees the server go, the replica still counts as aligned (a privileged write on a replica is
+    // a limit of its own, README); from the restart on it must not answer.
+    c.wait_log(n, "log/node-restart.log", "mariadbd is gone", Duration::from_secs(30));
+    c.sql_via(m, "proxy_rw", "INSERT INTO d VALUES (2)", t).expect("the log moves on past the local write");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let err = loop {
+        let answer = c.sql_via(n, "proxy_ro", "SELECT COUNT(*) FROM d WHERE id = 666", t);
+        assert_ne!(answer.as_deref(), Ok("1"), "the RO port served a row the global log does not have\n{}", c.logs());
+        // Done once the restarted server is up holding the row and the node has judged it (not a prefix).
+        let held = c.root_sql(n, "SELECT COUNT(*) FROM app.d WHERE id = 666");
+        match answer {
+            Err(e) if e.contains("not aligned") && e.contains("prefix") && held.as_deref() == Ok("1") => break e,
+            other => assert!(Instant::now() < deadline, "RO port never refused: last {other:?}\n{}", c.logs()),
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("RO port of the diverged replica: {err}");
+    assert!(err.contains("1053"), "{err}");
+    // The diverged server itself still holds the row: only the proxy stands between it and clients.
+    assert_eq!(c.root_sql(n, "SELECT COUNT(*) FROM app.d WHERE id = 666").as_deref(), Ok("1"));
+}

@@ -143,7 +143,7 @@ impl Metrics {
         r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
         r.register(
             "paxsql_proxy_connections_refused",
-            "Proxy client connections answered with an error, by reason (no_master, backend_unreachable, limit)",
+            "Proxy client connections answered with an error, by reason (no_master, backend_unreachable, limit, not_aligned)",
             inner.proxy_refused.clone(),
         );
         r.register(
@@ -205,6 +205,7 @@ impl Metrics {
             ("no_master", now.refused_no_master, counted.refused_no_master),
             ("backend_unreachable", now.refused_backend_unreachable, counted.refused_backend_unreachable),
             ("limit", now.refused_max_connections, counted.refused_max_connections),
+            ("not_aligned", now.refused_not_aligned, counted.refused_not_aligned),
         ] {
             m.proxy_refused.get_or_create(&[("reason", reason)]).inc_by(new(now, before));
         }

@@ -215,6 +215,7 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
             (Current::Replica, false) => {
                 if !ctx.mariadb.lock().await.is_running() {
                     tracing::error!("mariadbd is gone; restarting it in recovery mode");
+                    ctx.local.send_replace(LocalRole::Down("mariadbd is gone; restarting it in recovery mode".into()));
                     current = Current::Down;
                 }
             }
@@ -238,6 +239,15 @@ fn replace(slot: &mut LocalRole, next: LocalRole) -> bool {
 /// Starts mariadbd (always in recovery mode, which truncates an un-ACKed binlog tail). MariaDB refuses to truncate
 /// a tail holding a DDL (DESIGN §5): that data must be rebuilt.
 async fn start_database(ctx: &Arc<RoleContext>) -> Current {
+    // Whatever the server held before, a restarted one serves nothing (RO port included) until the alignment
+    // check has passed again.
+    ctx.local.send_if_modified(|r| {
+        let starting = !matches!(r, LocalRole::Down(_) | LocalRole::NotAligned(_) | LocalRole::Rebuilding(_));
+        if starting {
+            *r = LocalRole::Down("starting mariadbd in recovery mode".into());
+        }
+        starting
+    });
     let mut db = ctx.mariadb.lock().await;
     match db.start(Duration::from_secs(120)).await {
         Ok(()) => Current::Unknown,

@@ -25,7 +25,7 @@ use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
     AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
 };
-use paxsql_proxy::{Proxy, ProxyConfig, Route};
+use paxsql_proxy::{LocalServer, Proxy, ProxyConfig, Route};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -191,7 +191,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             ..ProxyConfig::default()
         };
         let check = master_check(cfg.node_id, serving.clone(), &cfg.members, &auth, pcfg.connect_timeout)?;
-        let proxy = Proxy::bind(pcfg, route_rx).await?.with_master_check(check);
+        let proxy = Proxy::bind(pcfg, route_rx)
+            .await?
+            .with_master_check(check)
+            .with_local_server(local_server(local_role.clone()));
         tracing::info!(rw = ?proxy.rw_addr(), ro = ?proxy.ro_addr(), "proxy listening");
         proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
@@ -378,6 +381,25 @@ async fn publish_routes(
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
+}
+
+/// The RO port's view of the local database: aligned only as a replica of the global log or as its master.
+fn local_server(mut role: watch::Receiver<LocalRole>) -> watch::Receiver<LocalServer> {
+    let view = |r: &LocalRole| match r {
+        LocalRole::Replica | LocalRole::Master(_) => LocalServer::Aligned,
+        other => LocalServer::NotAligned(match other.detail() {
+            d if d.is_empty() => other.name().to_string(),
+            d => format!("{}: {d}", other.name()),
+        }),
+    };
+    let (tx, rx) = watch::channel(view(&role.borrow_and_update()));
+    tokio::spawn(async move {
+        while role.changed().await.is_ok() {
+            let next = view(&role.borrow_and_update());
+            tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
+        }
+    });
+    rx
 }
 
 /// The RW port's confirmation that a master's mariadbd serves the term its route names: this node's own serving

@@ -1,9 +1,13 @@
 //! The MySQL-protocol proxy of a paxsql node (DESIGN §1, §7).
 //!
 //! Applications point an unchanged MySQL/MariaDB driver at a node's read-write port; the proxy forwards each
-//! connection, byte for byte, to the mariadbd of the node that holds the master lease now, so greeting,
-//! authentication and TLS (passthrough: the client's SSL request and handshake go to MariaDB) stay MariaDB's own.
-//! The read-only port forwards to the node's local mariadbd, a read-only replica unless this node is the master.
+//! connection to the mariadbd of the node that holds the master lease now: the server's bytes untouched (greeting,
+//! authentication, results), the client's read packet by packet so that no command can end a commit that waits
+//! for its majority ([`statement`]: `KILL` is sent on as `KILL SOFT`, forms it cannot make soft are refused). A
+//! client asking for TLS or compression is refused for that reason, until the proxy terminates TLS itself.
+//! Before a client is handed to a master's mariadbd, the master's own node confirms it serves that term
+//! ([`MasterCheck`]). The read-only port forwards to the node's local mariadbd, a read-only replica unless this
+//! node is the master, with the same command filter.
 //!
 //! The node tells the proxy where writes go by publishing a [`Route`] on a `tokio::sync::watch` channel:
 //! - a new RW connection under [`Route::NoMaster`] waits up to `hold_during_election` for a master, then gets a
@@ -47,6 +51,6 @@ pub mod wire;
 
 pub use config::{ForwardMode, ProxyConfig};
 pub use error::ProxyError;
-pub use route::Route;
+pub use route::{LocalServer, Route};
 pub use server::{MasterCheck, Proxy};
 pub use stats::{ProxyStats, ProxyStatsSnapshot};

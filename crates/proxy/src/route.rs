@@ -17,3 +17,13 @@ impl Route {
         Route::NoMaster { reason: reason.into() }
     }
 }
+
+/// Whether the local mariadbd may answer the read-only port: only while its data is a prefix of the global log
+/// (an aligned replica, or the master). Anything else — starting, recovering, diverged, being rebuilt — could
+/// show what no majority holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalServer {
+    Aligned,
+    /// Why not; reaches clients in the ERR packet.
+    NotAligned(String),
+}

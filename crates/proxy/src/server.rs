@@ -13,7 +13,7 @@ use tracing::{debug, info, info_span, warn, Instrument as _};
 
 use crate::forward::{abort, connect_backend, forward, read_greeting, restrict_greeting};
 use crate::wire::{ErrPacket, ProxyHeader};
-use crate::{ProxyConfig, ProxyError, ProxyStats, Route};
+use crate::{LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
 /// After shutdown, how long `run` waits for connection tasks to close their sockets.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -39,6 +39,7 @@ pub struct Proxy {
     routes: watch::Receiver<Route>,
     stats: Arc<ProxyStats>,
     master_check: Option<MasterCheck>,
+    local: Option<watch::Receiver<LocalServer>>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -68,6 +69,7 @@ struct Shared {
     stats: Arc<ProxyStats>,
     routes: watch::Receiver<Route>,
     master_check: Option<MasterCheck>,
+    local: Option<watch::Receiver<LocalServer>>,
     shutdown: watch::Receiver<bool>,
     /// One permit per open connection; `run` takes them all back to know every task is gone.
     slots: Arc<Semaphore>,
@@ -86,7 +88,14 @@ impl Proxy {
             Some(addr) => Some(listen(addr).await?),
             None => None,
         };
-        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default(), master_check: None })
+        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default(), master_check: None, local: None })
+    }
+
+    /// Makes the RO port serve only while `local` says the local mariadbd is aligned with the global log; its
+    /// connections are cut when that stops. Without it the RO port always forwards.
+    pub fn with_local_server(mut self, local: watch::Receiver<LocalServer>) -> Proxy {
+        self.local = Some(local);
+        self
     }
 
     /// Makes the RW port confirm each backend with `check` before handing a client to it (see [`MasterCheck`]).
@@ -119,6 +128,7 @@ impl Proxy {
             stats: self.stats,
             routes: self.routes,
             master_check: self.master_check,
+            local: self.local,
             shutdown: shutdown.clone(),
             slots: Arc::new(Semaphore::new(max)),
             next_conn_id: AtomicU64::new(1),
@@ -340,6 +350,13 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
 
 /// RO port: forward to the local mariadbd (whose own `read_only` answers writes).
 async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAddr) {
+    let mut local = shared.local.clone();
+    if let Some(LocalServer::NotAligned(why)) = local.as_mut().map(|l| l.borrow_and_update().clone()) {
+        shared.stats.refused_not_aligned();
+        refuse(client, ErrPacket::connection_failure(format!("paxsql: this node's server is not aligned: {why}")))
+            .await;
+        return;
+    }
     let backend = shared.cfg.local_backend;
     let header = proxy_header(shared, &client, peer);
     let shutdown = shutdown_requested(shared.shutdown.clone());
@@ -368,12 +385,25 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     if client.write_all(&greeting).await.is_err() {
         return;
     }
+    let no_longer_aligned = async {
+        match local.as_mut() {
+            Some(l) => {
+                let _ = l.wait_for(|s| *s != LocalServer::Aligned).await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
     let outcome = tokio::select! {
         done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats) => Some(done),
+        _ = no_longer_aligned => {
+            info!("cutting a read-only connection: the local server is no longer aligned");
+            None
+        }
         _ = &mut shutdown => None,
     };
-    if let Some(done) = outcome {
-        finished(shared, done);
+    match outcome {
+        Some(done) => finished(shared, done),
+        None => abort(server),
     }
 }
 

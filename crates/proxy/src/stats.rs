@@ -8,6 +8,7 @@ pub struct ProxyStats {
     refused_no_master: AtomicU64,
     refused_backend_unreachable: AtomicU64,
     refused_max_connections: AtomicU64,
+    refused_not_aligned: AtomicU64,
     cut_on_master_change: AtomicU64,
     kills_softened: AtomicU64,
     commands_refused: AtomicU64,
@@ -28,6 +29,8 @@ pub struct ProxyStatsSnapshot {
     pub refused_backend_unreachable: u64,
     /// Connections answered with ERR 1040 because `max_connections` were open.
     pub refused_max_connections: u64,
+    /// RO connections answered with ERR because the local server was not aligned with the global log.
+    pub refused_not_aligned: u64,
     /// RW connections cut because the route moved away from the master they were forwarded to.
     pub cut_on_master_change: u64,
     /// `KILL` statements and `COM_PROCESS_KILL` commands sent on as `KILL SOFT`, so that they cannot end a commit
@@ -52,6 +55,7 @@ impl ProxyStats {
             refused_no_master: self.refused_no_master.load(Relaxed),
             refused_backend_unreachable: self.refused_backend_unreachable.load(Relaxed),
             refused_max_connections: self.refused_max_connections.load(Relaxed),
+            refused_not_aligned: self.refused_not_aligned.load(Relaxed),
             cut_on_master_change: self.cut_on_master_change.load(Relaxed),
             kills_softened: self.kills_softened.load(Relaxed),
             commands_refused: self.commands_refused.load(Relaxed),
@@ -81,6 +85,10 @@ impl ProxyStats {
 
     pub(crate) fn cut_on_master_change(&self) {
         self.cut_on_master_change.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn refused_not_aligned(&self) {
+        self.refused_not_aligned.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn kill_softened(&self) {
