@@ -30,10 +30,66 @@ pub const REFUSE_DYNAMIC_SQL: &str =
     "paxsql: PREPARE ... FROM and EXECUTE IMMEDIATE take only string literals here, and no KILL: the proxy must see \
      every KILL to keep a commit from ending before a majority holds it";
 
+pub const REFUSE_LOG_BYPASS: &str =
+    "paxsql: this statement is refused through the proxy: it would write outside the global log or change what \
+     keeps a commit from being acknowledged before a majority holds it (sql_log_bin, GTID and server ids, \
+     read_only, rpl_semi_sync_*)";
+pub const REFUSE_REPLICATION_CONTROL: &str =
+    "paxsql: this statement is refused through the proxy: the paxsql node runs the binlog and replication of this \
+     server (RESET/PURGE of the binlog, CHANGE MASTER, START/STOP/RESET SLAVE, INSTALL/UNINSTALL of plugins, \
+     SHUTDOWN); use the paxsql commands instead";
+
+/// Variables a session must not set through the proxy: each lets a commit bypass the global log or the semi-sync
+/// wait, or breaks the log's GTID sequence.
+const GUARDED_VARIABLES: [&[u8]; 9] = [
+    b"sql_log_bin",
+    b"gtid_seq_no",
+    b"gtid_domain_id",
+    b"server_id",
+    b"gtid_binlog_state",
+    b"gtid_slave_pos",
+    b"gtid_strict_mode",
+    b"read_only",
+    b"log_bin_trust_function_creators",
+];
+/// Adjacent keyword pairs that start a statement the node must run itself, never a client.
+const REPLICATION_CONTROL: [(&[u8], &[u8]); 14] = [
+    (b"reset", b"master"),
+    (b"reset", b"slave"),
+    (b"reset", b"replica"),
+    (b"purge", b"binary"),
+    (b"purge", b"master"),
+    (b"change", b"master"),
+    (b"start", b"slave"),
+    (b"start", b"replica"),
+    (b"stop", b"slave"),
+    (b"stop", b"replica"),
+    (b"install", b"plugin"),
+    (b"install", b"soname"),
+    (b"uninstall", b"plugin"),
+    (b"uninstall", b"soname"),
+];
+
 /// Words that start every form this module cares about. A statement whose bytes contain none of them (in any case)
 /// cannot hold a KILL, PREPARE or EXECUTE keyword: SQL keywords are written literally, no escape or comment
 /// produces their letters.
-const SUSPECT_WORDS: [&[u8]; 3] = [b"kill", b"prepare", b"execute"];
+const SUSPECT_WORDS: [&[u8]; 15] = [
+    b"kill",
+    b"prepare",
+    b"execute",
+    b"sql_log_bin",
+    b"gtid_",
+    b"server_id",
+    b"read_only",
+    b"log_bin_trust",
+    b"rpl_semi_sync",
+    b"master",
+    b"slave",
+    b"replica",
+    b"install",
+    b"purge",
+    b"shutdown",
+];
 
 /// Judges one SQL text (a `COM_QUERY` or `COM_STMT_PREPARE` payload after its command byte).
 pub fn judge(sql: &[u8]) -> Verdict {
@@ -234,6 +290,9 @@ fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
             }
         }
     }
+    if let Some(why) = operator_hazard(&tokens) {
+        return Verdict::Refuse(why);
+    }
     let kills: Vec<usize> =
         tokens.iter().enumerate().filter(|(_, t)| is_word(Some(t), b"kill")).map(|(i, _)| i).collect();
     let Some(&first) = kills.first() else { return Verdict::Forward };
@@ -262,6 +321,36 @@ fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
     text.extend_from_slice(b"KILL SOFT");
     text.extend_from_slice(&sql[rest_from..]);
     Verdict::Rewrite(text)
+}
+
+/// Statements only an operator could send (the application account lacks the privileges) that would take a
+/// commit past the global log or the semi-sync wait, or take the binlog and replication out of the node's hands.
+fn operator_hazard(tokens: &[Token]) -> Option<&'static str> {
+    let words: Vec<Option<&[u8]>> = tokens
+        .iter()
+        .map(|t| match t {
+            Token::Word { lower, .. } => Some(lower.as_slice()),
+            _ => None,
+        })
+        .collect();
+    let sets = words.iter().any(|w| *w == Some(b"set"));
+    let guarded = |w: &[u8]| GUARDED_VARIABLES.contains(&w) || w.starts_with(b"rpl_semi_sync");
+    if sets && words.iter().flatten().any(|w| guarded(w)) {
+        return Some(REFUSE_LOG_BYPASS);
+    }
+    for pair in words.windows(2) {
+        if let [Some(a), Some(b)] = pair {
+            if REPLICATION_CONTROL.iter().any(|(x, y)| x == a && y == b) {
+                return Some(REFUSE_REPLICATION_CONTROL);
+            }
+        }
+    }
+    // `SHUTDOWN` as a statement: a clean stop commits every waiting transaction without its ACK.
+    let starts_statement = |i: usize| i == 0 || tokens[i - 1] == Token::Semicolon;
+    if words.iter().enumerate().any(|(i, w)| *w == Some(b"shutdown") && starts_statement(i)) {
+        return Some(REFUSE_REPLICATION_CONTROL);
+    }
+    None
 }
 
 /// The source of `PREPARE s FROM …` / `EXECUTE IMMEDIATE …`: one or more adjacent string literals (MariaDB
@@ -352,6 +441,40 @@ mod tests {
         forwarded("EXECUTE s USING @a");
         forwarded("XA PREPARE 'x1'");
         forwarded("DEALLOCATE PREPARE s");
+    }
+
+    #[test]
+    fn statements_that_bypass_the_log_or_run_replication_are_refused() {
+        for sql in [
+            "SET sql_log_bin = 0",
+            "SET SESSION sql_log_bin=OFF",
+            "SET @@session.sql_log_bin = 0; INSERT INTO t VALUES (1)",
+            "SET STATEMENT sql_log_bin=0 FOR INSERT INTO t VALUES (1)",
+            "SET gtid_seq_no = 100",
+            "SET GLOBAL server_id = 7",
+            "SET GLOBAL read_only = OFF",
+            "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
+            "set global rpl_semi_sync_master_timeout = 10",
+            "RESET MASTER",
+            "PURGE BINARY LOGS BEFORE NOW()",
+            "CHANGE MASTER TO MASTER_HOST='x'",
+            "STOP SLAVE",
+            "START REPLICA",
+            "INSTALL SONAME 'x'",
+            "UNINSTALL PLUGIN rpl_semi_sync_master",
+            "SHUTDOWN",
+            "SELECT 1; SHUTDOWN",
+            "/*!SET sql_log_bin=0*/",
+        ] {
+            refused(sql);
+        }
+        forwarded("SELECT @@sql_log_bin, @@server_id, @@read_only, @@gtid_binlog_pos");
+        forwarded("SELECT * FROM master_accounts");
+        forwarded("INSERT INTO log VALUES ('RESET MASTER now')");
+        forwarded("SET SESSION TRANSACTION READ ONLY");
+        forwarded("SHOW SLAVE STATUS");
+        forwarded("SHOW MASTER STATUS");
+        forwarded("UPDATE t SET status = 'shutdown'");
     }
 
     #[test]
