@@ -9,7 +9,8 @@
 //!   one node sees both others, each of those sees a different majority), a directed ring (each node hears
 //!   only its predecessor), one-way loss (the master's packets to the others dropped, theirs still arrive);
 //! - SIGSTOP of the master's node process for longer than lease + drift, then SIGCONT;
-//! - a slow network on the namespace's loopback (tc).
+//! - a slow network on the namespace's loopback (tc);
+//! - the master cut off while the application account `KILL QUERY`s its own commits that wait for their ACK.
 
 use std::fmt;
 use std::time::Duration;
@@ -18,7 +19,13 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mysql_async::prelude::Queryable as _;
+
 use crate::cluster::TestCluster;
+use crate::workload::{connect, Endpoint};
 use crate::FaultError;
 
 /// Which node a fault aims at, resolved when it is applied.
@@ -43,6 +50,10 @@ pub enum Fault {
     OneWayFromMaster,
     /// SIGSTOP of the master's node process for the hold time.
     PauseMaster,
+    /// The master cut off from its peers and, all through the hold, every commit of the application account that
+    /// waits for its ACK interrupted with `KILL QUERY` through the master's own RW port (what a pool's query
+    /// timeout sends). Only a proxy that keeps a killed commit waiting keeps the histories clean.
+    IsolateMasterKillWaiters,
     /// Slow loopback (netem delay/jitter, or a token bucket where netem is missing).
     SlowNetwork {
         delay_ms: u64,
@@ -69,6 +80,7 @@ impl fmt::Display for Fault {
             Fault::Ring => write!(f, "ring"),
             Fault::OneWayFromMaster => write!(f, "one-way-from-master"),
             Fault::PauseMaster => write!(f, "pause-master"),
+            Fault::IsolateMasterKillWaiters => write!(f, "isolate-master-kill-waiters"),
             Fault::SlowNetwork { delay_ms, jitter_ms } => write!(f, "slow-net({delay_ms}ms±{jitter_ms})"),
         }
     }
@@ -115,6 +127,7 @@ pub fn ci_schedules() -> Vec<Schedule> {
         one("ring", step(Fault::Ring, 7000, 5000)),
         one("one-way-from-master", step(Fault::OneWayFromMaster, 7000, 5000)),
         one("pause-master", step(Fault::PauseMaster, 4000, 5000)),
+        one("isolate-master-kill-waiters", step(Fault::IsolateMasterKillWaiters, 5000, 5000)),
         one("slow-network", step(Fault::SlowNetwork { delay_ms: 100, jitter_ms: 50 }, 7000, 4000)),
     ]
 }
@@ -131,7 +144,7 @@ pub fn random_schedule(seed: u64, index: u64) -> Schedule {
     };
     let mut steps = Vec::new();
     for _ in 0..rng.gen_range(1..=3) {
-        let kinds = [0u8, 1, 2, 3, 4, 5, 6, 7, 8];
+        let kinds = [0u8, 1, 2, 3, 4, 5, 6, 7, 8, 9];
         let fault = match kinds.choose(&mut rng).copied().unwrap_or(0) {
             0 => Fault::KillMariadbd(target(&mut rng)),
             1 => Fault::KillNode(target(&mut rng)),
@@ -141,6 +154,7 @@ pub fn random_schedule(seed: u64, index: u64) -> Schedule {
             5 => Fault::OneWayFromMaster,
             6 => Fault::PauseMaster,
             7 => Fault::Isolate(Target::Master),
+            9 => Fault::IsolateMasterKillWaiters,
             _ => Fault::SlowNetwork { delay_ms: rng.gen_range(20..300), jitter_ms: rng.gen_range(0..50) },
         };
         let hold = match fault {
@@ -158,6 +172,8 @@ pub fn random_schedule(seed: u64, index: u64) -> Schedule {
 pub struct Applied {
     pub description: String,
     killed_mariadbd: Vec<u64>,
+    /// The task interrupting waiting commits, stopped at heal.
+    interrupter: Option<Arc<Interrupter>>,
 }
 
 fn resolve(cluster: &TestCluster, t: Target) -> Option<u64> {
@@ -173,7 +189,7 @@ fn resolve(cluster: &TestCluster, t: Target) -> Option<u64> {
 
 /// Applies `fault`. Faults needing a master do nothing (and say so) when none serves.
 pub fn apply(cluster: &TestCluster, fault: Fault) -> Result<Applied, FaultError> {
-    let mut a = Applied { description: fault.to_string(), killed_mariadbd: vec![] };
+    let mut a = Applied { description: fault.to_string(), killed_mariadbd: vec![], interrupter: None };
     let ids = cluster.ids();
     let master = cluster.view().master();
     let need = |t: Target| resolve(cluster, t);
@@ -228,6 +244,16 @@ pub fn apply(cluster: &TestCluster, fault: Fault) -> Result<Applied, FaultError>
             }
             None => a.description += " (no master: skipped)",
         },
+        Fault::IsolateMasterKillWaiters => match master {
+            Some(m) => {
+                for o in ids.iter().filter(|o| **o != m) {
+                    cluster.cut(m, *o)?;
+                }
+                a.interrupter = Some(Arc::new(Interrupter::start(cluster, m)));
+                a.description = format!("{fault}=n{m}");
+            }
+            None => a.description += " (no master: skipped)",
+        },
         Fault::PauseMaster => match master {
             Some(m) => {
                 cluster.pause_node(m);
@@ -243,12 +269,58 @@ pub fn apply(cluster: &TestCluster, fault: Fault) -> Result<Applied, FaultError>
     Ok(a)
 }
 
+/// `KILL QUERY` of every application session waiting for its semi-sync ACK on one node, every 100 ms, through
+/// that node's proxy RW port, as the application account (which sees and may kill its own sessions).
+pub struct Interrupter {
+    task: tokio::task::JoinHandle<()>,
+    kills: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for Interrupter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Interrupter {{ kills: {} }}", self.kills.load(Ordering::Relaxed))
+    }
+}
+
+impl Interrupter {
+    fn start(cluster: &TestCluster, node: u64) -> Interrupter {
+        let n = cluster.node(node);
+        let ep = Endpoint { node, host: n.host.clone(), port: n.proxy_rw_port };
+        let app = cluster.app.clone();
+        let kills = Arc::new(AtomicU64::new(0));
+        let counted = kills.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Ok(mut c) = connect(&app, &ep, Duration::from_secs(1)).await {
+                    let waiting: Vec<u64> = c
+                        .query(
+                            "SELECT id FROM information_schema.processlist WHERE state LIKE 'Waiting for semi-sync%'",
+                        )
+                        .await
+                        .unwrap_or_default();
+                    for id in waiting {
+                        if c.query_drop(format!("KILL QUERY {id}")).await.is_ok() {
+                            counted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        Interrupter { task, kills }
+    }
+}
+
 /// Undoes everything: network healed, paused processes resumed, killed node processes restarted, and a
 /// mariadbd that stays down restarted through its node (a node restarts its mariadbd itself only when it was the
 /// master's; a replica's is started again by starting its node anew, whose start kills and restarts it).
 /// Returns notes on what had to be done.
 pub async fn heal(cluster: &TestCluster, applied: &[Applied]) -> Result<Vec<String>, FaultError> {
     let mut notes = Vec::new();
+    for i in applied.iter().filter_map(|a| a.interrupter.as_ref()) {
+        i.task.abort();
+        notes.push(format!("{} KILL QUERY sent to commits waiting for their ACK", i.kills.load(Ordering::Relaxed)));
+    }
     cluster.heal_network()?;
     cluster.resume_all();
     for id in cluster.ids() {

@@ -19,7 +19,7 @@ struct Args {
     /// How many random schedules.
     #[arg(long, default_value_t = 5)]
     schedules: u64,
-    /// Replay only this schedule index of --seed.
+    /// Replay only this schedule index of --seed (with --ci: only this one of the CI list).
     #[arg(long)]
     only: Option<u64>,
     /// Ports base..base+30 for the cluster (inside its own namespace). Below the kernel's ephemeral range
@@ -38,7 +38,12 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let schedules: Vec<_> = if args.ci {
-        ci_schedules().into_iter().enumerate().map(|(i, s)| (s, format!("ci{i}"), i as u64)).collect()
+        ci_schedules()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| args.only.is_none_or(|only| only == *i as u64))
+            .map(|(i, s)| (s, format!("ci{i}"), i as u64))
+            .collect()
     } else {
         let indices: Vec<u64> = match args.only {
             Some(i) => vec![i],
