@@ -85,9 +85,10 @@ fn duplicate(stream: &TcpStream) -> io::Result<TcpStream> {
 
 /// A MySQL packet's payload length field value that says "more of this payload follows in the next packet".
 const PAYLOAD_MAX: usize = 0xFF_FFFF;
-/// Commands up to this size are read whole and judged before they are sent; larger ones stream and are cut
-/// (backend reset before their last byte) if they turn out to hold a suspect word.
-const JUDGED_WHOLE_MAX: usize = 1 << 20;
+/// Commands that fit one packet are read whole and judged before they are sent (so a suspect word inside a string
+/// literal is read as data); a command of several packets (16 MiB and more) streams and is cut (backend reset
+/// before its last byte) if it holds a suspect word anywhere.
+const JUDGED_WHOLE_MAX: usize = PAYLOAD_MAX - 1;
 const COM_QUERY: u8 = 0x03;
 const COM_PROCESS_KILL: u8 = 0x0c;
 const COM_STMT_PREPARE: u8 = 0x16;
@@ -149,9 +150,9 @@ async fn filter_client(
             // goes; MariaDB executes nothing before it has the whole command.
             let command = streamed_command(&mut reader, server, &header, len, moved).await?;
             if command.suspect {
-                warn!(command = command.byte, "a command over 1 MiB holds KILL, PREPARE or EXECUTE: connection cut");
+                warn!(command = command.byte, "a command of 16 MiB or more holds a suspect word: connection cut");
                 stats.command_refused();
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "suspect command over 1 MiB"));
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "suspect command of 16 MiB or more"));
             }
             last_command = command.byte;
             continue;

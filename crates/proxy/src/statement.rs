@@ -333,21 +333,28 @@ fn operator_hazard(tokens: &[Token]) -> Option<&'static str> {
             _ => None,
         })
         .collect();
-    let sets = words.iter().any(|w| *w == Some(b"set"));
+    // Where a statement starts: the text's start, after a `;`, or after a compound statement's keywords. Only
+    // there do `SET`, `RESET MASTER` and the rest mean what they say: `UPDATE t SET read_only = 1` and
+    // `ALTER TABLE t CHANGE master …` name an application's own columns.
+    let starts_statement = |i: usize| {
+        i == 0
+            || tokens[i - 1] == Token::Semicolon
+            || matches!(words[i - 1], Some(w) if [&b"begin"[..], b"then", b"else", b"do", b"loop", b"repeat"].contains(&w))
+    };
+    let assigns_variables = (0..words.len()).any(|i| words[i] == Some(b"set") && starts_statement(i));
     let guarded = |w: &[u8]| GUARDED_VARIABLES.contains(&w) || w.starts_with(b"rpl_semi_sync");
-    if sets && words.iter().flatten().any(|w| guarded(w)) {
+    if assigns_variables && words.iter().flatten().any(|w| guarded(w)) {
         return Some(REFUSE_LOG_BYPASS);
     }
-    for pair in words.windows(2) {
-        if let [Some(a), Some(b)] = pair {
-            if REPLICATION_CONTROL.iter().any(|(x, y)| x == a && y == b) {
+    for i in 0..words.len().saturating_sub(1) {
+        if let (Some(a), Some(b)) = (words[i], words[i + 1]) {
+            if starts_statement(i) && REPLICATION_CONTROL.iter().any(|(x, y)| *x == a && *y == b) {
                 return Some(REFUSE_REPLICATION_CONTROL);
             }
         }
     }
     // `SHUTDOWN` as a statement: a clean stop commits every waiting transaction without its ACK.
-    let starts_statement = |i: usize| i == 0 || tokens[i - 1] == Token::Semicolon;
-    if words.iter().enumerate().any(|(i, w)| *w == Some(b"shutdown") && starts_statement(i)) {
+    if (0..words.len()).any(|i| words[i] == Some(b"shutdown") && starts_statement(i)) {
         return Some(REFUSE_REPLICATION_CONTROL);
     }
     None
@@ -475,6 +482,12 @@ mod tests {
         forwarded("SHOW SLAVE STATUS");
         forwarded("SHOW MASTER STATUS");
         forwarded("UPDATE t SET status = 'shutdown'");
+        // An application's own columns that share a name with a guarded variable or keyword.
+        forwarded("UPDATE servers SET server_id = 5, read_only = 1 WHERE id = 2");
+        forwarded("INSERT INTO docs SET read_only = 0");
+        forwarded("ALTER TABLE t CHANGE master master_id INT");
+        forwarded("SELECT shutdown, purge FROM settings");
+        refused("CREATE PROCEDURE p() BEGIN SET sql_log_bin = 0; INSERT INTO t VALUES (1); END");
     }
 
     #[test]
