@@ -121,6 +121,13 @@ fn random_secret(len: usize) -> String {
 
 /// Writes a secret file created with mode 0600 from the start: no moment at which another user could read it.
 fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
+    // A file left by an interrupted `cluster up` is replaced, never reopened with whatever mode it had.
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("cannot replace {}", path.display()))
+        }
+        _ => {}
+    }
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
