@@ -180,12 +180,16 @@ fn probe_rw_ports(c: &Cluster, for_how_long: Duration) -> (usize, Vec<String>, V
 }
 
 #[test]
-fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_dies_or_its_node_freezes() {
+fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_or_node_dies_or_freezes() {
     let c = Cluster::up(3, 27200);
-    for (round, fault) in
-        ["kill -9 of the master's mariadbd", "SIGSTOP of the master's node for 4 s", "kill -9 of the master's mariadbd"]
-            .into_iter()
-            .enumerate()
+    for (round, fault) in [
+        "kill -9 of the master's mariadbd",
+        "SIGSTOP of the master's node for 4 s",
+        "kill -9 of the master's mariadbd",
+        "kill -9 of the master's node",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let (m, term) = c.master_term().expect("a master");
         eprintln!("round {round}: {fault} (node {m}) while every RW port is probed");
@@ -196,6 +200,8 @@ fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_dies_or_its_node_
                 c.pause_node(m);
                 thread::sleep(Duration::from_secs(4));
                 c.resume_node(m);
+            } else if fault.ends_with("node") {
+                c.kill9_node(m);
             } else {
                 c.kill9_mariadbd(m);
             }
@@ -211,6 +217,9 @@ fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_dies_or_its_node_
         assert!(read_only.is_empty(), "{fault}: RW connections answered by a read-only server: {read_only:?}");
         assert!(answers > 0, "no answer at all");
         c.wait_new_term(term, Duration::from_secs(30));
+        if fault.ends_with("node") {
+            c.restart_node(m);
+        }
     }
 }
 
