@@ -257,10 +257,7 @@ impl Drop for StopOnDrop<'_> {
 }
 
 fn pid_alive(pid: Option<i32>) -> bool {
-    pid.is_some_and(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
-    })
+    pid.is_some_and(common::alive)
 }
 
 #[test]

@@ -323,16 +323,20 @@ pub fn read_pid(path: &Path) -> Option<i32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// Whether `pid` runs: a zombie (state Z) holds no sockets any more and counts as gone.
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+}
+
 /// SIGKILL, and wait (bounded) until the process is gone, so that its ports are free again.
 pub fn kill9(pid: i32) {
     let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        // A zombie (state Z) holds no sockets any more.
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => return,
-            Ok(stat) if stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')) => return,
-            Ok(_) => std::thread::sleep(Duration::from_millis(20)),
+        if !alive(pid) {
+            return;
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -132,7 +132,8 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
     let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
     let mut eligible = None;
     let mut promotion_failing_since: Option<Instant> = None;
-    let mut last_guarantee_check = Instant::now();
+    // When the master's guarantees were last read back; `None`: at the next round (just promoted).
+    let mut last_guarantee_check: Option<Instant> = None;
     // `Rpl_semi_sync_master_no_tx` as first read in this term: any later change means a commit got out unACKed.
     let mut no_tx_at_promotion: Option<u64> = None;
     loop {
@@ -148,8 +149,8 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
             (Current::Down, _) => current = start_database(&ctx).await,
             (Current::NeedsRebuild, _) => current = rebuild_database(&ctx).await,
             (Current::Master(v), true) if v == st.master_version => {
-                if last_guarantee_check.elapsed() >= GUARANTEE_CHECK_EVERY {
-                    last_guarantee_check = Instant::now();
+                if last_guarantee_check.is_none_or(|t| t.elapsed() >= GUARANTEE_CHECK_EVERY) {
+                    last_guarantee_check = Some(Instant::now());
                     let checked = check_guarantees(&*ctx.mariadb.lock().await, no_tx_at_promotion).await;
                     match checked {
                         Ok(no_tx) => no_tx_at_promotion = Some(no_tx),
@@ -176,7 +177,7 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                     promotion_failing_since = None;
                     capture = Some(handle);
                     no_tx_at_promotion = None;
-                    last_guarantee_check = Instant::now() - GUARANTEE_CHECK_EVERY;
+                    last_guarantee_check = None;
                     current = Current::Master(st.master_version);
                     ctx.local.send_replace(LocalRole::Master(st.master_version));
                     serving.send_replace(Some(st.master_version));

@@ -190,7 +190,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             max_connections: cfg.proxy.max_connections,
             ..ProxyConfig::default()
         };
-        let check = master_check(cfg.node_id, serving.clone(), &cfg.members, &auth, pcfg.connect_timeout)?;
+        let check = master_check(cfg.node_id, serving.clone(), &ctx.donors.members, &auth, pcfg.connect_timeout)?;
         let proxy = Proxy::bind(pcfg, route_rx)
             .await?
             .with_master_check(check)
@@ -403,22 +403,23 @@ fn local_server(mut role: watch::Receiver<LocalRole>) -> watch::Receiver<LocalSe
 }
 
 /// The RW port's confirmation that a master's mariadbd serves the term its route names: this node's own serving
-/// term, or the master's node asked over the authenticated admin service (`Serving`). No answer within
+/// term, or the master's node asked over the authenticated admin service (`Serving`); `members` as the rebuild
+/// donors list them, `(node id, http://peer address)`. No answer within
 /// `timeout` counts as no: the client is held, as during an election.
 fn master_check(
     node_id: u64,
     serving: watch::Receiver<Option<u64>>,
-    members: &[crate::config::MemberConfig],
+    members: &[(u64, String)],
     auth: &ClusterAuth,
     timeout: Duration,
 ) -> Result<paxsql_proxy::MasterCheck, NodeError> {
     use paxsql_peer_transport::pb::admin_client::AdminClient;
     let mut clients = std::collections::HashMap::new();
-    for m in members.iter().filter(|m| m.id != node_id) {
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", m.peer))
-            .map_err(|e| NodeError::Other(format!("member {} peer address {}: {e}", m.id, m.peer)))?
+    for (id, url) in members.iter().filter(|(id, _)| *id != node_id) {
+        let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+            .map_err(|e| NodeError::Other(format!("member {id} peer address {url}: {e}")))?
             .connect_timeout(timeout);
-        clients.insert(m.id, AdminClient::new(endpoint.connect_lazy()));
+        clients.insert(*id, AdminClient::new(endpoint.connect_lazy()));
     }
     let clients = Arc::new(clients);
     let auth = auth.clone();

@@ -83,6 +83,11 @@ fn duplicate(stream: &TcpStream) -> io::Result<TcpStream> {
     TcpStream::from_std(std::net::TcpStream::from(fd))
 }
 
+/// The payload length in a packet's first three bytes (little-endian); `packet` holds at least the 4-byte header.
+fn payload_len(packet: &[u8]) -> usize {
+    usize::from(packet[0]) | usize::from(packet[1]) << 8 | usize::from(packet[2]) << 16
+}
+
 /// A MySQL packet's payload length field value that says "more of this payload follows in the next packet".
 const PAYLOAD_MAX: usize = 0xFF_FFFF;
 /// Commands that fit one packet are read whole and judged before they are sent (so a suspect word inside a string
@@ -123,6 +128,8 @@ async fn filter_client(
     let mut phase = ClientPhase::Handshake;
     let mut last_command = 0u8;
     let mut out = Vec::with_capacity(256);
+    // One buffer for every command of the connection, not an allocation per query.
+    let mut payload = Vec::new();
     loop {
         let mut header = [0u8; 4];
         match reader.read_exact(&mut header[..1]).await {
@@ -131,7 +138,7 @@ async fn filter_client(
             Err(e) => return Err(e),
         }
         reader.read_exact(&mut header[1..]).await?;
-        let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        let len = payload_len(&header);
         let seq = header[3];
         let starts_command = phase == ClientPhase::Commands && seq == 0;
         if phase == ClientPhase::Commands && seq >= 2 && last_command == COM_QUERY {
@@ -157,7 +164,8 @@ async fn filter_client(
             last_command = command.byte;
             continue;
         }
-        let mut payload = vec![0u8; len];
+        payload.clear();
+        payload.resize(len, 0);
         reader.read_exact(&mut payload).await?;
         if phase == ClientPhase::Handshake {
             let caps = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
@@ -209,8 +217,8 @@ async fn filter_client(
             }
             _ => None,
         };
-        let payload = replacement.as_deref().unwrap_or(&payload);
-        *moved += write_packet(server, &mut out, seq, payload).await?;
+        let sent = replacement.as_deref().unwrap_or(&payload);
+        *moved += write_packet(server, &mut out, seq, sent).await?;
     }
 }
 
@@ -292,7 +300,7 @@ async fn streamed_command<R: tokio::io::AsyncRead + Unpin>(
             return Ok(StreamedCommand { byte: first_byte.unwrap_or(0), suspect: false });
         }
         reader.read_exact(&mut header).await?;
-        len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+        len = payload_len(&header);
     }
 }
 
@@ -300,7 +308,7 @@ async fn streamed_command<R: tokio::io::AsyncRead + Unpin>(
 /// then wrap its commands). TLS stays announced: a client that asks for it gets a clear error from
 /// [`filter_client`] rather than a silent plain-text session. A packet that is not a v10 greeting (an ERR from a
 /// full or blocking server) is left as it is.
-pub(crate) fn restrict_greeting(packet: &mut [u8]) {
+fn restrict_greeting(packet: &mut [u8]) {
     let Some(payload) = packet.get_mut(4..) else { return };
     if payload.first() != Some(&10) {
         return;
@@ -315,7 +323,7 @@ pub(crate) fn restrict_greeting(packet: &mut [u8]) {
 }
 
 /// Connects to a backend mariadbd and, if asked, sends the PROXY header, all within `timeout`.
-pub(crate) async fn connect_backend(
+async fn connect_backend(
     addr: SocketAddr,
     timeout: Duration,
     header: Option<ProxyHeader>,
@@ -347,22 +355,31 @@ pub(crate) fn abort(stream: TcpStream) {
     drop(stream);
 }
 
+/// Connects to a backend (PROXY header first, if given) and reads its greeting, restricted to what the proxy can
+/// forward ([`restrict_greeting`]); the client is handed over only after this.
+pub(crate) async fn open_backend(
+    addr: SocketAddr,
+    timeout: Duration,
+    header: Option<ProxyHeader>,
+) -> Result<(TcpStream, Vec<u8>), ProxyError> {
+    let mut server = connect_backend(addr, timeout, header).await?;
+    let mut greeting = read_greeting(&mut server, addr, timeout).await?;
+    restrict_greeting(&mut greeting);
+    Ok((server, greeting))
+}
+
 /// Larger than any server greeting (a few hundred bytes); a backend that announces more is not a MariaDB server.
 const GREETING_BYTES_MAX: usize = 64 * 1024;
 
 /// Reads the backend's first packet (its handshake greeting), whole, within `timeout`. The RW port hands a client
 /// to a backend only once it has greeted: a backend that dies or is replaced before then has told the client
 /// nothing, so the client can still be held and sent to the next master instead of seeing a dropped connection.
-pub(crate) async fn read_greeting(
-    server: &mut TcpStream,
-    addr: SocketAddr,
-    timeout: Duration,
-) -> Result<Vec<u8>, ProxyError> {
+async fn read_greeting(server: &mut TcpStream, addr: SocketAddr, timeout: Duration) -> Result<Vec<u8>, ProxyError> {
     let unreachable = |detail: String| ProxyError::BackendUnreachable { addr, timeout_ms: timeout.as_millis(), detail };
     let read = async {
         let mut packet = vec![0u8; 4];
         server.read_exact(&mut packet).await?;
-        let len = usize::from(packet[0]) | usize::from(packet[1]) << 8 | usize::from(packet[2]) << 16;
+        let len = payload_len(&packet);
         if len > GREETING_BYTES_MAX {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte first packet")));
         }

@@ -11,7 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{abort, connect_backend, forward, read_greeting, restrict_greeting};
+use crate::forward::{abort, forward, open_backend};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -237,8 +237,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 let header = proxy_header(shared, &client, peer);
                 let timeout = shared.cfg.connect_timeout;
                 let open = async {
-                    let mut server = connect_backend(addr, timeout, header).await?;
-                    let greeting = read_greeting(&mut server, addr, timeout).await?;
+                    let (server, greeting) = open_backend(addr, timeout, header).await?;
                     // Asked after the greeting: a yes now means the process that greeted is the serving master
                     // (or already dead), never a demoted or recovering one.
                     if let Some(check) = &shared.master_check {
@@ -258,10 +257,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                     connected = open => connected,
                 };
                 let (server, greeting) = match connected {
-                    Ok((server, mut greeting)) => {
-                        restrict_greeting(&mut greeting);
-                        (server, greeting)
-                    }
+                    Ok(opened) => opened,
                     Err(e) if Instant::now() < deadline => {
                         // A master whose mariadbd died still holds its lease until it runs out and another member
                         // takes over: hold the client through that election, as for NoMaster, instead of failing
@@ -362,16 +358,11 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     let shutdown = shutdown_requested(shared.shutdown.clone());
     tokio::pin!(shutdown);
     let timeout = shared.cfg.connect_timeout;
-    let open = async {
-        let mut server = connect_backend(backend, timeout, header).await?;
-        let greeting = read_greeting(&mut server, backend, timeout).await?;
-        Ok::<_, ProxyError>((server, greeting))
-    };
     let connected = tokio::select! {
         _ = &mut shutdown => return,
-        connected = open => connected,
+        connected = open_backend(backend, timeout, header) => connected,
     };
-    let (mut server, mut greeting) = match connected {
+    let (mut server, greeting) = match connected {
         Ok(opened) => opened,
         Err(e) => {
             warn!(error = %e, "local mariadbd unreachable");
@@ -381,7 +372,6 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         }
     };
     // The read-only port reaches the master's own mariadbd on the master's node: it filters commands too.
-    restrict_greeting(&mut greeting);
     if client.write_all(&greeting).await.is_err() {
         return;
     }
