@@ -14,23 +14,6 @@ fn via(c: &Cluster, id: u64, which: &str, sql: &str, timeout: Duration) -> Resul
     c.sql_via(id, which, sql, timeout)
 }
 
-/// Node `id`'s Prometheus text from `/metrics`.
-fn metrics_of(c: &Cluster, id: u64) -> String {
-    use std::io::{Read, Write};
-    let (host, port) = c.endpoint(id, "metrics");
-    let mut s = std::net::TcpStream::connect((host.as_str(), port)).expect("metrics port");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("request");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
-/// The value of the first sample whose series name starts with `name` (labels follow it).
-fn sample(body: &str, name: &str) -> Option<f64> {
-    body.lines().find(|l| l.starts_with(name))?.rsplit(' ').next()?.parse().ok()
-}
-
 #[test]
 fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     let c = Cluster::up(3, 26500);
@@ -70,7 +53,7 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
         .output()
         .expect("mariadb client");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("1045"), "a wrong admin password must get 1045");
-    let body = metrics_of(&c, r);
+    let body = c.metrics(r);
     assert!(body.contains("paxsql_master_version"), "metrics: {body}");
 
     eprintln!("phase: read-only ports read the local replica and refuse writes");
@@ -118,8 +101,8 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     eprintln!("phase: /metrics counts the master's ACKs and the replica's proxy connections");
     // The node copies its proxy's counters into the metrics once a second.
     std::thread::sleep(Duration::from_millis(1500));
-    let acked = sample(&metrics_of(&c, m), "paxsql_capture_acked_transactions_total");
-    let proxied = sample(&metrics_of(&c, r), "paxsql_proxy_connections_total");
+    let acked = common::sample(&c.metrics(m), "paxsql_capture_acked_transactions_total");
+    let proxied = common::sample(&c.metrics(r), "paxsql_proxy_connections_total");
     eprintln!("master {m}: {acked:?} transactions ACKed; node {r}'s proxy: {proxied:?} connections");
     assert!(acked.is_some_and(|n| n > 100.0), "ACK counter on the master: {acked:?}");
     assert!(proxied.is_some_and(|n| n >= 8.0), "proxy connection counter: {proxied:?}");

@@ -36,12 +36,15 @@ fn watch_config(c: &Cluster, target: &Path, extra: &str) -> PathBuf {
         })
         .collect();
     let text = format!(
-        "{extra}peers = [{}]\ncluster_id = \"{}\"\nsecret_file = \"{}\"\n\n[[file]]\npath = \"{}\"\n\
+        "{extra}peers = [{}]\ncluster_id = \"{}\"\nsecret_file = \"{}\"\n\n\
+         [tls]\ncert = \"{tls}/operator.pem\"\nkey = \"{tls}/operator.key\"\nca = \"{tls}/ca.pem\"\n\n\
+         [[file]]\npath = \"{}\"\n\
          template = \"master_id={{master_id}}\\nmaster_version={{master_version}}\\nmariadb={{mariadb_host}}:{{mariadb_port}}\\n\"\n",
         peers.join(", "),
         c.info["cluster_id"].as_str().expect("cluster_id in status"),
         c.dir.path().join("secrets/cluster.secret").display(),
         target.display(),
+        tls = c.dir.path().join("tls").display(),
     );
     let path = c.dir.path().join(format!("watch-{}.toml", extra.len()));
     std::fs::write(&path, text).expect("write watch config");

@@ -285,6 +285,18 @@ impl Cluster {
     }
 
     /// The tail of every node's log, for failure messages.
+    /// Node `id`'s Prometheus text from `/metrics`.
+    pub fn metrics(&self, id: u64) -> String {
+        use std::io::{Read, Write};
+        let (host, port) = self.endpoint(id, "metrics");
+        let mut s = std::net::TcpStream::connect((host.as_str(), port)).expect("metrics port");
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("request");
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body
+    }
+
     pub fn logs(&self) -> String {
         let mut s = String::new();
         for id in 1..=5 {
@@ -339,4 +351,9 @@ pub fn kill9(pid: i32) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The value of the first sample whose series name starts with `name` (labels follow it).
+pub fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines().find(|l| l.starts_with(name))?.rsplit(' ').next()?.parse().ok()
 }

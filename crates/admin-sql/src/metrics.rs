@@ -63,6 +63,21 @@ struct Inner {
     proxy_commands_refused: Counter,
     /// The proxy figures already counted into the counters above.
     proxy_counted: std::sync::Mutex<ProxyStatsSnapshot>,
+    peer_calls_rejected: Counter,
+    peer_messages_dropped: Family<ReasonLabels, Counter>,
+    peer_counted: std::sync::Mutex<PeerServerCounts>,
+}
+
+/// The peer server's refusal counters since it started, as the node reads them from the transport.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PeerServerCounts {
+    /// Calls refused: wrong cluster id or secret, or a certificate naming no single member.
+    pub calls_rejected: u64,
+    /// Messages whose sender is not the member its certificate names.
+    pub forged: u64,
+    pub malformed: u64,
+    pub misaddressed: u64,
+    pub inbox_full: u64,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -98,6 +113,9 @@ impl Metrics {
             proxy_kills_softened: Counter::default(),
             proxy_commands_refused: Counter::default(),
             proxy_counted: std::sync::Mutex::new(ProxyStatsSnapshot::default()),
+            peer_calls_rejected: Counter::default(),
+            peer_messages_dropped: Family::default(),
+            peer_counted: std::sync::Mutex::new(PeerServerCounts::default()),
         };
         let r = &mut inner.registry;
         r.register("paxsql_master_version", "master_version of the global log", inner.master_version.clone());
@@ -163,7 +181,35 @@ impl Metrics {
              dynamic SQL it cannot read, TLS or compression asked for)",
             inner.proxy_commands_refused.clone(),
         );
+        r.register(
+            "paxsql_peer_calls_rejected",
+            "Calls to the peer port refused: wrong cluster id or secret, or (TLS) a certificate naming no member",
+            inner.peer_calls_rejected.clone(),
+        );
+        r.register(
+            "paxsql_peer_messages_dropped",
+            "Peer messages dropped on arrival, by reason (forged: its sender is not the member the certificate \
+             names; malformed; misaddressed; inbox_full)",
+            inner.peer_messages_dropped.clone(),
+        );
         Metrics { inner: Arc::new(inner) }
+    }
+
+    /// Brings the peer-server series up to `now` (counters advance by what is new since the last call).
+    pub fn update_peer_server(&self, now: PeerServerCounts) {
+        let m = &self.inner;
+        let mut counted = m.peer_counted.lock().unwrap_or_else(|p| p.into_inner());
+        let new = |now: u64, before: u64| now.saturating_sub(before);
+        m.peer_calls_rejected.inc_by(new(now.calls_rejected, counted.calls_rejected));
+        for (reason, now, before) in [
+            ("forged", now.forged, counted.forged),
+            ("malformed", now.malformed, counted.malformed),
+            ("misaddressed", now.misaddressed, counted.misaddressed),
+            ("inbox_full", now.inbox_full, counted.inbox_full),
+        ] {
+            m.peer_messages_dropped.get_or_create(&[("reason", reason)]).inc_by(new(now, before));
+        }
+        *counted = now;
     }
 
     /// Sets the gauges from `view`, and advances the chosen-instances counter to `view.paxos.chosen_up_to`.

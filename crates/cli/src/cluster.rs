@@ -1,7 +1,8 @@
 //! `paxsql cluster up|down|status`: a complete local cluster in one directory — real mariadbd servers, real nodes —
 //! for trying paxsql out and for the cluster tests.
 //!
-//! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), and per node `nN/` with
+//! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), `tls/` (CA and certificates, keys
+//! 0600), and per node `nN/` with
 //! `data/` (mariadbd), `node/` (global log, status.json), `run/`, `log/`, `my.cnf`, `node.toml`, `node.pid`.
 
 use std::fs;
@@ -14,8 +15,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Subcommand;
+use paxsql_peer_transport::TlsConfig;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::pki::ClusterPki;
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
@@ -35,6 +39,10 @@ pub enum ClusterCommand {
         /// inside a network namespace of their own); default: every node on 127.0.0.1.
         #[arg(long)]
         address_per_node: bool,
+        /// Peer links in plaintext, the cluster secret in clear on the wire. Default: mutual TLS with a CA and
+        /// per-node certificates made for this cluster in `--dir`/tls.
+        #[arg(long)]
+        no_tls: bool,
     },
     /// Stop every process of the cluster in `--dir`.
     Down {
@@ -52,8 +60,8 @@ pub enum ClusterCommand {
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Up { nodes, dir, base_port, timeout, address_per_node } => {
-            up(nodes, &dir, base_port, Duration::from_secs(timeout), address_per_node)
+        ClusterCommand::Up { nodes, dir, base_port, timeout, address_per_node, no_tls } => {
+            up(nodes, &dir, base_port, Duration::from_secs(timeout), address_per_node, !no_tls)
         }
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
@@ -83,6 +91,9 @@ struct ClusterFile {
     app_password: String,
     app_database: String,
     nodes: Vec<NodeLayout>,
+    /// Whether the peer links run mutual TLS with the certificates in `tls/`.
+    #[serde(default)]
+    tls: bool,
 }
 
 fn default_host() -> String {
@@ -120,7 +131,7 @@ fn random_secret(len: usize) -> String {
 }
 
 /// Writes a secret file created with mode 0600 from the start: no moment at which another user could read it.
-fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
+pub(crate) fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
     // A file left by an interrupted `cluster up` is replaced, never reopened with whatever mode it had.
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -186,7 +197,7 @@ fn my_cnf(n: &NodeLayout) -> String {
     )
 }
 
-fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -> String {
+fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str, tls: Option<&TlsConfig>) -> String {
     let d = n.dir.display();
     let s = dir.join("secrets");
     let mut out = format!(
@@ -224,6 +235,14 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str) -
         metrics = n.admin_port + 3,
         port = n.mariadb_port,
     );
+    if let Some(tls) = tls {
+        out += &format!(
+            "\n[tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+            tls.cert.display(),
+            tls.key.display(),
+            tls.ca.display()
+        );
+    }
     for m in all {
         out += &format!(
             "\n[[members]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
@@ -361,7 +380,7 @@ fn load(dir: &Path) -> anyhow::Result<ClusterFile> {
     Ok(serde_json::from_str(&text)?)
 }
 
-fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bool) -> anyhow::Result<()> {
+fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bool, tls: bool) -> anyhow::Result<()> {
     if ![3, 5].contains(&count) && count != 1 {
         bail!("--nodes must be 3 or 5 (or 1 for a single-node trial)");
     }
@@ -388,13 +407,21 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
         app_password: app_pw.clone(),
         app_database: "app".into(),
         nodes: nodes.clone(),
+        tls,
     };
+    let pki = tls.then(|| ClusterPki::at(&dir.join("tls")));
+    if let Some(pki) = &pki {
+        fs::DirBuilder::new().mode(0o700).create(dir.join("tls"))?;
+        let members: Vec<(u64, String)> = nodes.iter().map(|n| (n.id, n.host.clone())).collect();
+        pki.create(&cluster_id, &members).context("cannot create the cluster's certificates")?;
+    }
     // It holds the application password: 0600 from its creation.
     write_secret(&dir.join("cluster.json"), &serde_json::to_string_pretty(&file)?)?;
     for n in &nodes {
         eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
-        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id))?;
+        let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{}", n.id)));
+        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id, node_tls.as_ref()))?;
     }
     for n in &nodes {
         let pid = spawn_node(n)?;
@@ -420,6 +447,14 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
     );
     println!("The master's mariadbd directly: {}:{}", master.host, master.mariadb_port);
     println!();
+    match &pki {
+        Some(pki) => println!(
+            "Peer links: mutual TLS, CA {}; operator certificate for `paxsql status`: {}",
+            pki.ca().display(),
+            pki.tls("operator").cert.display()
+        ),
+        None => println!("Peer links: plaintext (--no-tls): the cluster secret crosses the network in clear"),
+    }
     println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
     println!("Stop:    paxsql cluster down --dir {}", dir.display());
     Ok(())

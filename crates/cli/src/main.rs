@@ -1,6 +1,7 @@
 //! `paxsql`: run a node, start and stop a local cluster, show a cluster's status.
 
 mod cluster;
+mod pki;
 mod status;
 mod watch;
 
@@ -36,6 +37,14 @@ enum Command {
         /// File holding the cluster secret.
         #[arg(long)]
         secret_file: PathBuf,
+        /// CA of a cluster whose peer ports run mutual TLS (with --tls-cert and --tls-key; `cluster up` makes
+        /// `tls/ca.pem` and the operator's `tls/operator.pem`/`.key`).
+        #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+        tls_ca: Option<PathBuf>,
+        #[arg(long, requires = "tls_ca")]
+        tls_cert: Option<PathBuf>,
+        #[arg(long, requires = "tls_ca")]
+        tls_key: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -60,8 +69,12 @@ fn main() -> ExitCode {
         Command::Node { config, check_config } => run_node(config, check_config),
         Command::Cluster { command } => cluster::run(command),
         Command::Watch { config, check_config } => watch::run(&config, check_config),
-        Command::Status { peers, cluster_id, secret_file, json } => {
-            status::run(&peers, &cluster_id, &secret_file, json)
+        Command::Status { peers, cluster_id, secret_file, tls_ca, tls_cert, tls_key, json } => {
+            let tls = match (tls_ca, tls_cert, tls_key) {
+                (Some(ca), Some(cert), Some(key)) => Some(paxsql_peer_transport::TlsConfig { cert, key, ca }),
+                _ => None,
+            };
+            status::run(&peers, &cluster_id, &secret_file, tls.as_ref(), json)
         }
     };
     match result {

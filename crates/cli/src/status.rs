@@ -7,9 +7,15 @@ use std::time::Duration;
 use anyhow::Context;
 use paxsql_peer_transport::pb::admin_client::AdminClient;
 use paxsql_peer_transport::pb::{StatusReply, StatusRequest};
-use paxsql_peer_transport::{ClusterAuth, ClusterSecret};
+use paxsql_peer_transport::{peer_endpoint, ClusterAuth, ClusterSecret, TlsConfig};
 
-pub fn run(peers: &[String], cluster_id: &str, secret_file: &Path, json: bool) -> anyhow::Result<()> {
+pub fn run(
+    peers: &[String],
+    cluster_id: &str,
+    secret_file: &Path,
+    tls: Option<&TlsConfig>,
+    json: bool,
+) -> anyhow::Result<()> {
     let secret = std::fs::read_to_string(secret_file)
         .with_context(|| format!("cannot read the cluster secret from {}", secret_file.display()))?;
     let auth = ClusterAuth::new(cluster_id, &ClusterSecret::new(secret.trim_end_matches(['\n', '\r'])))?;
@@ -17,7 +23,7 @@ pub fn run(peers: &[String], cluster_id: &str, secret_file: &Path, json: bool) -
     let replies: Vec<(String, Result<StatusReply, String>)> = rt.block_on(async {
         let mut out = Vec::new();
         for p in peers {
-            out.push(ask(p.clone(), &auth).await);
+            out.push(ask(p.clone(), &auth, tls).await);
         }
         out
     });
@@ -68,10 +74,10 @@ pub fn run(peers: &[String], cluster_id: &str, secret_file: &Path, json: bool) -
     Ok(())
 }
 
-async fn ask(peer: String, auth: &ClusterAuth) -> (String, Result<StatusReply, String>) {
-    let url = if peer.contains("://") { peer.clone() } else { format!("http://{peer}") };
+async fn ask(peer: String, auth: &ClusterAuth, tls: Option<&TlsConfig>) -> (String, Result<StatusReply, String>) {
     let result = async {
-        let endpoint = tonic::transport::Endpoint::from_shared(url).map_err(|e| e.to_string())?;
+        // The node is not known before it answers: its certificate must carry the address dialled.
+        let endpoint = peer_endpoint(tls, None, &peer).map_err(|e| e.to_string())?;
         let channel = tokio::time::timeout(Duration::from_secs(3), endpoint.connect())
             .await
             .map_err(|_| "connect timed out".to_string())?

@@ -16,6 +16,12 @@
 //! # A failed target update is retried after this pause, doubling up to retry_max_ms (defaults 200, 5000).
 //! retry_min_ms = 200
 //! retry_max_ms = 5000
+//! # Mutual TLS to peer ports that run it: a certificate signed by the cluster CA (`cluster up` makes
+//! # tls/operator.pem and .key); each node's certificate must carry the host given in `peers`.
+//! [tls]
+//! cert = "/etc/paxsql/tls/operator.pem"
+//! key = "/etc/paxsql/tls/operator.key"
+//! ca = "/etc/paxsql/tls/ca.pem"
 //!
 //! # Targets: any number of each kind, at least one in all.
 //! [[file]]
@@ -51,6 +57,9 @@ pub struct WatchConfig {
     pub cluster_id: String,
     /// File holding the cluster secret.
     pub secret_file: PathBuf,
+    /// Mutual TLS to the peer ports, when the cluster runs it.
+    #[serde(default)]
+    pub tls: Option<paxsql_peer_transport::TlsConfig>,
     /// How often every node is asked for its status.
     #[serde(default = "defaults::poll_interval_ms")]
     pub poll_interval_ms: u64,

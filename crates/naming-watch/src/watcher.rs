@@ -29,8 +29,7 @@ pub async fn run(cfg: WatchConfig, mut stop: watch::Receiver<bool>) -> Result<()
     let timeout = Duration::from_millis(cfg.status_timeout_ms);
     let mut peers = Vec::with_capacity(cfg.peers.len());
     for p in &cfg.peers {
-        let url = if p.contains("://") { p.clone() } else { format!("http://{p}") };
-        let endpoint = tonic::transport::Endpoint::from_shared(url)
+        let endpoint = paxsql_peer_transport::peer_endpoint(cfg.tls.as_ref(), None, p)
             .map_err(|e| WatchError::Config(format!("peer {p:?}: {e}")))?
             .connect_timeout(timeout)
             .timeout(timeout);

@@ -206,15 +206,9 @@ fn default_repl_user() -> String {
     "paxsql_repl".to_string()
 }
 
-/// TLS for the peer and admin endpoints.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// CA that signs every member's certificate.
-    pub ca: PathBuf,
-}
+/// `[tls]`: mutual TLS on the peer port (Paxos messages, admin calls, database copies): `cert` and `key` of this
+/// node (the certificate names `node-<node_id>.paxsql`), `ca` that signs every member's certificate.
+pub use paxsql_peer_transport::TlsConfig;
 
 /// `node.toml`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -459,6 +453,17 @@ admin_password_file = "/tmp/n1/admin.pw"
         assert!(NodeConfig::parse(&wrong_peer).is_err());
         let wan = GOOD.replace("data_dir", "profile = \"wan\"\ndata_dir");
         assert_eq!(NodeConfig::parse(&wan).unwrap().timing().lease_ms, 6000);
+    }
+
+    #[test]
+    fn tls_section_parses_and_refuses_unknown_keys() {
+        let with = format!("{GOOD}\n[tls]\ncert = \"/c/node-1.pem\"\nkey = \"/c/node-1.key\"\nca = \"/c/ca.pem\"\n");
+        let cfg = NodeConfig::parse(&with).unwrap();
+        assert_eq!(cfg.tls.map(|t| t.ca), Some(PathBuf::from("/c/ca.pem")));
+        let typo = with.replace("ca = ", "ca_file = ");
+        assert!(
+            matches!(NodeConfig::parse(&typo), Err(ConfigError::Parse { message, .. }) if message.contains("ca_file"))
+        );
     }
 
     #[test]

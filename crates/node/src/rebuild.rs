@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use paxsql_peer_transport::pb::admin_client::AdminClient;
 use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, StatusRequest};
-use paxsql_peer_transport::ClusterAuth;
+use paxsql_peer_transport::{ClusterAuth, TlsConfig};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -71,14 +71,21 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RebuildError {
 #[derive(Clone)]
 pub struct Donors {
     pub node_id: u64,
-    /// `(node id, http://peer address)`.
+    /// `(node id, peer address)`.
     pub members: Vec<(u64, String)>,
     pub auth: ClusterAuth,
+    /// Mutual TLS of the peer port, when configured: a donor must prove it is the member asked.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Donors {
-    async fn client(&self, url: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
-        let endpoint = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    /// An admin client of member `id` at `address`, over TLS when configured.
+    pub fn endpoint(&self, id: u64, address: &str) -> Result<tonic::transport::Endpoint, String> {
+        paxsql_peer_transport::peer_endpoint(self.tls.as_ref(), Some(id), address).map_err(|e| e.to_string())
+    }
+
+    async fn client(&self, id: u64, address: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
+        let endpoint = self.endpoint(id, address)?;
         let channel = endpoint.connect_timeout(Duration::from_secs(2)).connect().await.map_err(|e| e.to_string())?;
         // A copy of a large database is larger than gRPC's default message limit only per chunk, never whole.
         Ok(AdminClient::new(channel).max_decoding_message_size(16 << 20))
@@ -88,7 +95,7 @@ impl Donors {
     async fn candidates(&self) -> Vec<(u64, String)> {
         let mut ranked = Vec::new();
         for (id, url) in self.members.iter().filter(|(id, _)| *id != self.node_id) {
-            let Ok(mut client) = self.client(url).await else { continue };
+            let Ok(mut client) = self.client(*id, url).await else { continue };
             let mut req = tonic::Request::new(StatusRequest {});
             req.set_timeout(Duration::from_secs(2));
             self.auth.attach(&mut req);
@@ -181,7 +188,7 @@ async fn copy_from(
         std::fs::remove_dir_all(staging).map_err(io(format!("cannot clear {}", staging.display())))?;
     }
     std::fs::create_dir_all(staging).map_err(io(format!("cannot create {}", staging.display())))?;
-    let mut client = donors.client(url).await.map_err(copy_err)?;
+    let mut client = donors.client(donor, url).await.map_err(copy_err)?;
     let mut req = tonic::Request::new(BackupRequest { requester: donors.node_id });
     donors.auth.attach(&mut req);
     let mut stream = client.backup(req).await.map_err(|s| copy_err(s.message().to_string()))?.into_inner();

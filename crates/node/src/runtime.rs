@@ -23,7 +23,7 @@ use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
-    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
+    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView, PeerServerCounts,
 };
 use paxsql_proxy::{LocalServer, Proxy, ProxyConfig, Route};
 
@@ -98,6 +98,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     tcfg.max_message_bytes = (cfg.timing().max_batch_bytes * 2).max(16 << 20);
     // Talk to peers from the address we listen on: the peers (and any firewall) then see who is speaking.
     tcfg.local_address = Some(cfg.listen.peer.ip()).filter(|ip| !ip.is_unspecified());
+    tcfg.tls = cfg.tls.clone();
     // The admin status service shares the peer port and its cluster authentication.
     let (admin_status_tx, admin_status) = watch::channel(StatusReply::default());
     let auth = ClusterAuth::new(&cfg.cluster_id, &tcfg.cluster_secret)?;
@@ -110,7 +111,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let (peer_server, mut peer_rx) = PeerServer::bind_with_routes(cfg.listen.peer, &tcfg, Some(routes)).await?;
     let mut client = PeerClient::new(&tcfg)?;
     for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
-        client.set_peer(m.id, &format!("http://{}", m.peer))?;
+        client.set_peer(m.id, &m.peer.to_string())?;
     }
 
     // Global log, feeding the served binlog.
@@ -164,8 +165,9 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         global_binlog: source.clone(),
         donors: Donors {
             node_id: cfg.node_id,
-            members: cfg.members.iter().map(|m| (m.id, format!("http://{}", m.peer))).collect(),
+            members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
             auth: auth.clone(),
+            tls: tcfg.tls.clone(),
         },
         local: local_tx,
         metrics: metrics.clone(),
@@ -190,7 +192,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             max_connections: cfg.proxy.max_connections,
             ..ProxyConfig::default()
         };
-        let check = master_check(cfg.node_id, serving.clone(), &ctx.donors.members, &auth, pcfg.connect_timeout)?;
+        let check = master_check(cfg.node_id, serving.clone(), &ctx.donors, pcfg.connect_timeout)?;
         let proxy = Proxy::bind(pcfg, route_rx)
             .await?
             .with_master_check(check)
@@ -236,15 +238,24 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         admin_tasks.push(tokio::spawn(async move {
             let _ = server.run(stop).await;
         }));
-        if let Some(stats) = proxy_stats {
-            let metrics = metrics.clone();
-            admin_tasks.push(tokio::spawn(async move {
-                loop {
+        let metrics = metrics.clone();
+        let peer_stats = peer_server.stats().clone();
+        admin_tasks.push(tokio::spawn(async move {
+            let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            loop {
+                if let Some(stats) = &proxy_stats {
                     metrics.update_proxy(stats.snapshot());
-                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-            }));
-        }
+                metrics.update_peer_server(PeerServerCounts {
+                    calls_rejected: read(&peer_stats.calls_rejected),
+                    forged: read(&peer_stats.forged),
+                    malformed: read(&peer_stats.malformed),
+                    misaddressed: read(&peer_stats.misaddressed),
+                    inbox_full: read(&peer_stats.dropped_inbox_full),
+                });
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }));
     }
 
     let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
@@ -403,26 +414,25 @@ fn local_server(mut role: watch::Receiver<LocalRole>) -> watch::Receiver<LocalSe
 }
 
 /// The RW port's confirmation that a master's mariadbd serves the term its route names: this node's own serving
-/// term, or the master's node asked over the authenticated admin service (`Serving`); `members` as the rebuild
-/// donors list them, `(node id, http://peer address)`. No answer within
-/// `timeout` counts as no: the client is held, as during an election.
+/// term, or the master's node asked over the authenticated admin service (`Serving`), reached as the rebuild
+/// reaches its donors. No answer within `timeout` counts as no: the client is held, as during an election.
 fn master_check(
     node_id: u64,
     serving: watch::Receiver<Option<u64>>,
-    members: &[(u64, String)],
-    auth: &ClusterAuth,
+    members: &Donors,
     timeout: Duration,
 ) -> Result<paxsql_proxy::MasterCheck, NodeError> {
     use paxsql_peer_transport::pb::admin_client::AdminClient;
     let mut clients = std::collections::HashMap::new();
-    for (id, url) in members.iter().filter(|(id, _)| *id != node_id) {
-        let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-            .map_err(|e| NodeError::Other(format!("member {id} peer address {url}: {e}")))?
+    for (id, address) in members.members.iter().filter(|(id, _)| *id != node_id) {
+        let endpoint = members
+            .endpoint(*id, address)
+            .map_err(|e| NodeError::Other(format!("member {id} peer address {address}: {e}")))?
             .connect_timeout(timeout);
         clients.insert(*id, AdminClient::new(endpoint.connect_lazy()));
     }
     let clients = Arc::new(clients);
-    let auth = auth.clone();
+    let auth = members.auth.clone();
     Ok(Arc::new(move |master: u64, master_version: u64| {
         let (serving, clients, auth) = (serving.clone(), clients.clone(), auth.clone());
         Box::pin(async move {

@@ -17,7 +17,7 @@ use tracing::Instrument;
 use crate::auth::ClusterAuth;
 use crate::convert::seal_envelope;
 use crate::pb;
-use crate::{TransportConfig, TransportError};
+use crate::{TlsConfig, TransportConfig, TransportError};
 
 /// Counters of one [`PeerSender`].
 #[derive(Debug, Default)]
@@ -155,50 +155,66 @@ impl Drop for PeerSender {
 }
 
 fn build_endpoint(cfg: &TransportConfig, to: NodeId, endpoint: &str) -> Result<Endpoint, TransportError> {
-    let invalid = |reason: String| TransportError::InvalidEndpoint { node: to, endpoint: endpoint.to_string(), reason };
-    let scheme = if cfg.tls.is_some() { "https" } else { "http" };
-    let uri = match endpoint.split_once("://") {
-        Some((given, _)) if given != scheme => {
-            return Err(invalid(format!(
-                "scheme must be {scheme} (TLS is {})",
-                if cfg.tls.is_some() { "on" } else { "off" }
-            )))
-        }
-        Some(_) => endpoint.to_string(),
-        None => format!("{scheme}://{endpoint}"),
-    };
     let keepalive = Duration::from_millis(cfg.keepalive_ms);
-    let ep = Endpoint::from_shared(uri)
-        .map_err(|e| invalid(e.to_string()))?
+    Ok(peer_endpoint(cfg.tls.as_ref(), Some(to), endpoint)?
         .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
         .tcp_nodelay(true)
         .http2_keep_alive_interval(keepalive)
         .keep_alive_timeout(keepalive)
         .keep_alive_while_idle(true)
-        .local_address(cfg.local_address);
+        .local_address(cfg.local_address))
+}
+
+/// An endpoint for calls to a node's peer port at `address` (`host:port`, or a URI whose scheme matches whether
+/// `tls` is given): the one way every caller — peer links, the admin clients of nodes and tools — reaches a node.
+/// With TLS the caller presents its own certificate, and the server must prove it is member `server` (its
+/// certificate names [`member_name`](crate::identity::member_name)`(server)`), or, with `server` unknown, that
+/// its certificate carries the host of `address`.
+pub fn peer_endpoint(
+    tls: Option<&TlsConfig>,
+    server: Option<NodeId>,
+    address: &str,
+) -> Result<Endpoint, TransportError> {
+    let invalid = |reason: String| TransportError::InvalidEndpoint {
+        node: server.unwrap_or(0),
+        endpoint: address.to_string(),
+        reason,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = match address.split_once("://") {
+        Some((given, _)) if given != scheme => {
+            return Err(invalid(format!(
+                "scheme must be {scheme} (TLS is {})",
+                if tls.is_some() { "on" } else { "off" }
+            )))
+        }
+        Some(_) => address.to_string(),
+        None => format!("{scheme}://{address}"),
+    };
+    let ep = Endpoint::from_shared(uri).map_err(|e| invalid(e.to_string()))?;
     if ep.uri().port_u16().is_none() {
         return Err(invalid("no port".into()));
     }
-    match &cfg.tls {
+    match tls {
         None => Ok(ep),
-        Some(tls) => client_tls(ep, tls),
+        Some(tls) => client_tls(ep, tls, server),
     }
 }
 
 #[cfg(feature = "tls")]
-fn client_tls(ep: Endpoint, tls: &crate::TlsConfig) -> Result<Endpoint, TransportError> {
+fn client_tls(ep: Endpoint, tls: &TlsConfig, server: Option<NodeId>) -> Result<Endpoint, TransportError> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let m = tls.load()?;
     let mut c =
         ClientTlsConfig::new().ca_certificate(Certificate::from_pem(m.ca)).identity(Identity::from_pem(m.cert, m.key));
-    if let Some(name) = m.server_name {
-        c = c.domain_name(name);
+    if let Some(id) = server {
+        c = c.domain_name(crate::identity::member_name(id));
     }
     Ok(ep.tls_config(c)?)
 }
 
 #[cfg(not(feature = "tls"))]
-fn client_tls(_: Endpoint, _: &crate::TlsConfig) -> Result<Endpoint, TransportError> {
+fn client_tls(_: Endpoint, _: &TlsConfig, _: Option<NodeId>) -> Result<Endpoint, TransportError> {
     Err(TransportError::TlsNotBuilt)
 }
 

@@ -46,20 +46,17 @@ pub struct TransportConfig {
     pub local_address: Option<std::net::IpAddr>,
 }
 
-/// Mutual TLS: each node presents `cert_path`/`key_path` and accepts only peers whose certificate chains to
-/// `ca_path`.
-#[derive(Clone, Debug, serde::Deserialize)]
+/// Mutual TLS: each node presents `cert`/`key` and accepts only peers whose certificate chains to
+/// `ca`; a member's certificate must name it ([`member_name`](crate::identity::member_name)).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM certificate chain of this node (used as server and as client certificate).
-    pub cert_path: PathBuf,
-    /// PEM private key for `cert_path`.
-    pub key_path: PathBuf,
+    pub cert: PathBuf,
+    /// PEM private key for `cert`.
+    pub key: PathBuf,
     /// PEM CA certificate(s) that sign every member's certificate.
-    pub ca_path: PathBuf,
-    /// Name to verify in servers' certificates; default: the host part of each peer endpoint.
-    #[serde(default)]
-    pub server_name: Option<String>,
+    pub ca: PathBuf,
 }
 
 mod defaults {
@@ -132,7 +129,20 @@ impl TransportConfig {
             return bad("keepalive_ms", "must be non-zero");
         }
         if let Some(tls) = &self.tls {
-            tls.load()?;
+            let own = tls.load()?;
+            // A node holding another member's certificate would be refused by every peer: say so at start.
+            let named = crate::identity::identify_pem(&own.cert);
+            if named != crate::identity::PeerIdentity::Member(self.node_id) {
+                return Err(TransportError::InvalidConfig {
+                    field: "tls.cert",
+                    reason: format!(
+                        "{} does not certify this node: it must name {} (and no other member) in its subject \
+                         alternative names; found {named:?}",
+                        tls.cert.display(),
+                        crate::identity::member_name(self.node_id)
+                    ),
+                });
+            }
         }
         Ok(())
     }
@@ -151,7 +161,6 @@ pub(crate) struct TlsMaterial {
     pub cert: Vec<u8>,
     pub key: Vec<u8>,
     pub ca: Vec<u8>,
-    pub server_name: Option<String>,
 }
 
 impl TlsConfig {
@@ -170,10 +179,9 @@ impl TlsConfig {
             Ok(bytes)
         };
         Ok(TlsMaterial {
-            cert: read("certificate", &self.cert_path)?,
-            key: read("private key", &self.key_path)?,
-            ca: read("CA", &self.ca_path)?,
-            server_name: self.server_name.clone(),
+            cert: read("certificate", &self.cert)?,
+            key: read("private key", &self.key)?,
+            ca: read("CA", &self.ca)?,
         })
     }
 
@@ -202,10 +210,9 @@ mod tests {
         assert!(c.validate().is_err());
         let mut c = ok.clone();
         c.tls = Some(TlsConfig {
-            cert_path: "/nonexistent/cert.pem".into(),
-            key_path: "/nonexistent/key.pem".into(),
-            ca_path: "/nonexistent/ca.pem".into(),
-            server_name: None,
+            cert: "/nonexistent/cert.pem".into(),
+            key: "/nonexistent/key.pem".into(),
+            ca: "/nonexistent/ca.pem".into(),
         });
         let err = c.validate().unwrap_err();
         if cfg!(feature = "tls") {

@@ -26,7 +26,7 @@
 //! ```
 //!
 //! Every call carries the cluster id and the cluster secret as metadata ([`auth`]); with a `tls` section the
-//! connection is mutual TLS. Without TLS the secret crosses the network in clear: run plaintext only on a network
+//! connection is mutual TLS, and each member's certificate binds its node id ([`identity`]). Without TLS the secret crosses the network in clear: run plaintext only on a network
 //! you trust.
 
 pub mod auth;
@@ -34,6 +34,7 @@ mod client;
 mod config;
 pub mod convert;
 mod error;
+pub mod identity;
 mod server;
 
 /// Generated protobuf messages and gRPC stubs for `paxsql.v1`.
@@ -43,7 +44,7 @@ pub mod pb {
 }
 
 pub use auth::{ClusterAuth, ClusterSecret};
-pub use client::{PeerClient, PeerSender, SenderStats};
+pub use client::{peer_endpoint, PeerClient, PeerSender, SenderStats};
 pub use config::{TlsConfig, TransportConfig};
 pub use convert::{decode_envelope, open_envelope, seal_envelope};
 pub use error::TransportError;

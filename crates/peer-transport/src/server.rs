@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
 use crate::convert::open_envelope;
+use crate::identity::{identify, PeerIdentity};
 use crate::pb;
 use crate::{TransportConfig, TransportError};
 
@@ -24,7 +25,8 @@ use crate::{TransportConfig, TransportError};
 pub struct ServerStats {
     /// Send streams opened with valid credentials.
     pub streams_accepted: AtomicU64,
-    /// Calls refused with `Unauthenticated` (wrong or missing cluster id or secret).
+    /// Calls refused with `Unauthenticated` (wrong or missing cluster id or secret) or, with TLS, `PermissionDenied`
+    /// (a certificate that names no single member opened a `Send` stream).
     pub calls_rejected: AtomicU64,
     /// Envelopes read from accepted streams.
     pub received: AtomicU64,
@@ -34,6 +36,8 @@ pub struct ServerStats {
     pub malformed: AtomicU64,
     /// Messages addressed to another node.
     pub misaddressed: AtomicU64,
+    /// Messages whose `from` is not the member the sender's certificate names (TLS only): dropped.
+    pub forged: AtomicU64,
     /// Messages dropped because the inbox was full.
     pub dropped_inbox_full: AtomicU64,
 }
@@ -57,6 +61,8 @@ pub struct PeerServer {
 
 struct PeerService {
     node_id: NodeId,
+    /// With TLS, a stream's messages must come from the member its client certificate names.
+    tls: bool,
     auth: ClusterAuth,
     inbox: mpsc::Sender<PeerMessage>,
     stats: Arc<ServerStats>,
@@ -90,7 +96,14 @@ impl PeerServer {
         let (inbox, rx) = mpsc::channel(cfg.inbox_capacity);
         let stats = Arc::new(ServerStats::default());
         let (stop, stop_rx) = watch::channel(false);
-        let service = PeerService { node_id: cfg.node_id, auth, inbox, stats: stats.clone(), stop: stop_rx.clone() };
+        let service = PeerService {
+            node_id: cfg.node_id,
+            tls: cfg.tls.is_some(),
+            auth,
+            inbox,
+            stats: stats.clone(),
+            stop: stop_rx.clone(),
+        };
         let peer = pb::peer_server::PeerServer::new(service)
             .max_decoding_message_size(cfg.max_message_bytes)
             .max_encoding_message_size(cfg.max_message_bytes);
@@ -133,7 +146,8 @@ impl PeerServer {
         self.local_addr
     }
 
-    pub fn stats(&self) -> &ServerStats {
+    /// The counters; a clone of the `Arc` outlives the borrow (for a metrics task).
+    pub fn stats(&self) -> &Arc<ServerStats> {
         &self.stats
     }
 
@@ -182,14 +196,31 @@ impl pb::peer_server::Peer for PeerService {
             ServerStats::bump(&self.stats.calls_rejected);
             return Err(status);
         }
+        let member = if self.tls {
+            match req.peer_certs().and_then(|certs| certs.first().map(|c| identify(c))) {
+                Some(PeerIdentity::Member(id)) => Some(id),
+                _ => {
+                    ServerStats::bump(&self.stats.calls_rejected);
+                    tracing::warn!(?remote, "rejected peer stream: the client certificate names no single member");
+                    return Err(Status::permission_denied("client certificate names no single member"));
+                }
+            }
+        } else {
+            None
+        };
         ServerStats::bump(&self.stats.streams_accepted);
-        let span = tracing::info_span!("peer_stream", node = self.node_id, remote = ?remote);
-        self.receive(req.into_inner()).instrument(span).await
+        let span = tracing::info_span!("peer_stream", node = self.node_id, remote = ?remote, member);
+        self.receive(req.into_inner(), member).instrument(span).await
     }
 }
 
 impl PeerService {
-    async fn receive(&self, mut stream: Streaming<pb::PeerEnvelope>) -> Result<Response<pb::SendAck>, Status> {
+    /// `member`: the sender's certified node id (TLS), which every message's `from` must equal.
+    async fn receive(
+        &self,
+        mut stream: Streaming<pb::PeerEnvelope>,
+        member: Option<NodeId>,
+    ) -> Result<Response<pb::SendAck>, Status> {
         tracing::debug!("peer stream opened");
         let (mut received, mut dropped) = (0u64, 0u64);
         let mut sender: Option<NodeId> = None;
@@ -228,6 +259,12 @@ impl PeerService {
             if sender != Some(msg.from()) {
                 tracing::debug!(from = msg.from(), "peer stream carries messages from node {}", msg.from());
                 sender = Some(msg.from());
+            }
+            if member.is_some_and(|id| id != msg.from()) {
+                dropped += 1;
+                ServerStats::bump(&self.stats.forged);
+                tracing::warn!(from = msg.from(), ?member, "dropped message whose sender is not the certified member");
+                continue;
             }
             if msg.to() != self.node_id {
                 dropped += 1;

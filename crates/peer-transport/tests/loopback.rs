@@ -244,6 +244,31 @@ async fn raw_calls_without_or_with_bad_credentials_get_unauthenticated() {
     server.shutdown().await;
 }
 
+/// An admin service that answers `Status` as node 1.
+struct StatusOnly;
+#[tonic::async_trait]
+impl pb::admin_server::Admin for StatusOnly {
+    async fn status(
+        &self,
+        _: tonic::Request<pb::StatusRequest>,
+    ) -> Result<tonic::Response<pb::StatusReply>, tonic::Status> {
+        Ok(tonic::Response::new(pb::StatusReply { node_id: 1, role: "replica".into(), ..Default::default() }))
+    }
+    async fn serving(
+        &self,
+        _: tonic::Request<pb::ServingRequest>,
+    ) -> Result<tonic::Response<pb::ServingReply>, tonic::Status> {
+        Ok(tonic::Response::new(pb::ServingReply { serving: false }))
+    }
+    type BackupStream = futures_util::stream::Empty<Result<pb::BackupChunk, tonic::Status>>;
+    async fn backup(
+        &self,
+        _: tonic::Request<pb::BackupRequest>,
+    ) -> Result<tonic::Response<Self::BackupStream>, tonic::Status> {
+        Err(tonic::Status::failed_precondition("no copy here"))
+    }
+}
+
 fn envelopes(items: Vec<pb::PeerEnvelope>) -> impl futures_util::Stream<Item = pb::PeerEnvelope> {
     futures_util::stream::iter(items)
 }
@@ -331,34 +356,46 @@ struct Pki {
 
 #[cfg(feature = "tls")]
 impl Pki {
-    /// A CA and one certificate for "localhost" and 127.0.0.1 signed by it, plus a stranger CA with its own leaf.
+    /// A cluster CA with certificates for members 1, 2 and 3 and an operator tool (each also for 127.0.0.1), and
+    /// a stranger CA with its own member-2 certificate.
     fn new() -> Pki {
+        use paxsql_peer_transport::identity::{member_name, OPERATOR_NAME};
         use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
         let dir = tempfile::tempdir().unwrap();
-        for prefix in ["", "stranger-"] {
+        for (prefix, holders) in [("", &["node1", "node2", "node3", "operator"][..]), ("stranger-", &["node2"][..])] {
             let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
             ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
             let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-            let key = KeyPair::generate().unwrap();
-            let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-                .unwrap()
-                .signed_by(&key, &ca)
-                .unwrap();
             std::fs::write(dir.path().join(format!("{prefix}ca.pem")), ca.pem()).unwrap();
-            std::fs::write(dir.path().join(format!("{prefix}node.pem")), leaf.pem()).unwrap();
-            std::fs::write(dir.path().join(format!("{prefix}node.key")), key.serialize_pem()).unwrap();
+            for holder in holders {
+                let name = match holder.strip_prefix("node") {
+                    Some(id) => member_name(id.parse().unwrap()),
+                    None => OPERATOR_NAME.to_string(),
+                };
+                let key = KeyPair::generate().unwrap();
+                let leaf =
+                    CertificateParams::new(vec![name, "127.0.0.1".to_string()]).unwrap().signed_by(&key, &ca).unwrap();
+                std::fs::write(dir.path().join(format!("{prefix}{holder}.pem")), leaf.pem()).unwrap();
+                std::fs::write(dir.path().join(format!("{prefix}{holder}.key")), key.serialize_pem()).unwrap();
+            }
         }
         Pki { dir }
     }
 
-    fn tls(&self, prefix: &str) -> paxsql_peer_transport::TlsConfig {
-        let p = |name: &str| self.dir.path().join(format!("{prefix}{name}"));
+    /// `holder`'s certificate and key (`node1`, `operator`, ...), trusting the CA of `ca_prefix`.
+    fn tls(&self, prefix: &str, holder: &str, ca_prefix: &str) -> paxsql_peer_transport::TlsConfig {
+        let p = |name: String| self.dir.path().join(name);
         paxsql_peer_transport::TlsConfig {
-            cert_path: p("node.pem"),
-            key_path: p("node.key"),
-            ca_path: p("ca.pem"),
-            server_name: Some("localhost".into()),
+            cert: p(format!("{prefix}{holder}.pem")),
+            key: p(format!("{prefix}{holder}.key")),
+            ca: p(format!("{ca_prefix}ca.pem")),
         }
+    }
+
+    fn member(&self, node: u64) -> TransportConfig {
+        let mut c = cfg(node);
+        c.tls = Some(self.tls("", &format!("node{node}"), ""));
+        c
     }
 }
 
@@ -368,13 +405,8 @@ async fn mutual_tls_carries_messages_and_refuses_strangers() {
     init_logs();
     tracing::info!("mutual TLS: members exchange messages; plaintext and foreign-CA clients get nothing through");
     let pki = Pki::new();
-    let tls_cfg = |node| {
-        let mut c = cfg(node);
-        c.tls = Some(pki.tls(""));
-        c
-    };
-    let (server, mut inbox) = PeerServer::bind(localhost(), &tls_cfg(1)).await.unwrap();
-    let mut client = PeerClient::new(&tls_cfg(2)).unwrap();
+    let (server, mut inbox) = PeerServer::bind(localhost(), &pki.member(1)).await.unwrap();
+    let mut client = PeerClient::new(&pki.member(2)).unwrap();
     client.set_peer(1, &server.local_addr().to_string()).unwrap();
     let msgs: Vec<PeerMessage> = (1..=20).map(|i| accept(2, 1, i)).collect();
     for m in &msgs {
@@ -386,15 +418,13 @@ async fn mutual_tls_carries_messages_and_refuses_strangers() {
     let mut plain = PeerClient::new(&cfg(3)).unwrap();
     plain.set_peer(1, &server.local_addr().to_string()).unwrap();
     // Client whose certificate chains to another CA (it trusts our server's CA so the failure is the server's).
-    let mut stranger_tls = pki.tls("stranger-");
-    stranger_tls.ca_path = pki.dir.path().join("ca.pem");
-    let mut stranger_cfg = cfg(4);
-    stranger_cfg.tls = Some(stranger_tls);
+    let mut stranger_cfg = cfg(2);
+    stranger_cfg.tls = Some(pki.tls("stranger-", "node2", ""));
     let mut stranger = PeerClient::new(&stranger_cfg).unwrap();
     stranger.set_peer(1, &server.local_addr().to_string()).unwrap();
     for i in 1..=5 {
         plain.send(accept(3, 1, i));
-        stranger.send(accept(4, 1, i));
+        stranger.send(accept(2, 1, 100 + i));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(inbox.try_recv().is_err(), "nothing from non-members may arrive");
@@ -404,49 +434,99 @@ async fn mutual_tls_carries_messages_and_refuses_strangers() {
 }
 
 #[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cannot_speak_for_another() {
+    init_logs();
+    tracing::info!("node 2's certificate: its own messages arrive, messages it forges as node 3 are dropped");
+    let pki = Pki::new();
+    let (server, mut inbox) = PeerServer::bind(localhost(), &pki.member(1)).await.unwrap();
+    let mut client = PeerClient::new(&pki.member(2)).unwrap();
+    client.set_peer(1, &server.local_addr().to_string()).unwrap();
+    for i in 1..=10 {
+        client.send(accept(3, 1, i));
+        client.send(accept(2, 1, i));
+    }
+    let got = recv_n(&mut inbox, 10).await;
+    assert!(got.iter().all(|m| m.from() == 2), "{got:?}");
+    eventually("forged messages counted", || load(&server.stats().forged) == 10).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(inbox.try_recv().is_err(), "no message from node 3 may arrive");
+    server.shutdown().await;
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_reaches_only_the_member_it_dialled() {
+    init_logs();
+    tracing::info!("node 2 dials node 1 at an address where node 3 answers: the TLS handshake fails");
+    let pki = Pki::new();
+    let (impostor, mut inbox) = PeerServer::bind(localhost(), &pki.member(3)).await.unwrap();
+    let mut client = PeerClient::new(&pki.member(2)).unwrap();
+    client.set_peer(1, &impostor.local_addr().to_string()).unwrap();
+    let sender_stats = |client: &PeerClient| load(&client.sender(1).unwrap().stats().connect_failures);
+    for i in 1..=5 {
+        client.send(accept(2, 1, i));
+    }
+    eventually("connection to the impostor refused", || sender_stats(&client) >= 2).await;
+    assert!(inbox.try_recv().is_err());
+    assert_eq!(load(&impostor.stats().streams_accepted), 0);
+    impostor.shutdown().await;
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_certificate_reaches_the_admin_service_but_sends_no_paxos_message() {
+    init_logs();
+    let pki = Pki::new();
+    let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
+    let routes =
+        tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(StatusOnly, auth.interceptor()));
+    let (server, mut inbox) = PeerServer::bind_with_routes(localhost(), &pki.member(1), Some(routes)).await.unwrap();
+    let operator = pki.tls("", "operator", "");
+    // The server is verified by the address dialled (127.0.0.1 is in its certificate), not by member name.
+    let ep = paxsql_peer_transport::peer_endpoint(Some(&operator), None, &server.local_addr().to_string()).unwrap();
+    let mut admin = pb::admin_client::AdminClient::new(ep.connect().await.unwrap());
+    let mut req = tonic::Request::new(pb::StatusRequest {});
+    auth.attach(&mut req);
+    assert_eq!(admin.status(req).await.unwrap().into_inner().node_id, 1);
+
+    // A stream opened with the operator certificate, credentials right: refused before any message counts.
+    let ep = paxsql_peer_transport::peer_endpoint(Some(&operator), Some(1), &server.local_addr().to_string()).unwrap();
+    let mut peer = pb::peer_client::PeerClient::new(ep.connect().await.unwrap());
+    let mut req = tonic::Request::new(envelopes(vec![seal_envelope("loopback", &accept(2, 1, 1))]));
+    auth.attach(&mut req);
+    let status = peer.send(req).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(load(&server.stats().calls_rejected), 1);
+    assert!(inbox.try_recv().is_err());
+    server.shutdown().await;
+}
+
+#[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_config_errors_are_reported_at_config_time() {
     init_logs();
     let pki = Pki::new();
-    let mut c = cfg(1);
-    let mut tls = pki.tls("");
-    tls.key_path = pki.dir.path().join("missing.key");
-    c.tls = Some(tls);
+    let mut c = pki.member(1);
+    c.tls.as_mut().unwrap().key = pki.dir.path().join("missing.key");
     let err = PeerServer::bind(localhost(), &c).await.err().expect("missing key file must fail");
     assert!(err.to_string().contains("private key"), "{err}");
     assert!(PeerClient::new(&c).is_err());
+
+    // Node 1 configured with node 2's certificate: refused at start, naming what the certificate must carry.
+    let mut c = cfg(1);
+    c.tls = Some(pki.tls("", "node2", ""));
+    let err = PeerServer::bind(localhost(), &c).await.err().expect("another member's certificate must fail");
+    assert!(err.to_string().contains("node-1.paxsql"), "{err}");
 }
 
 #[tokio::test]
 async fn admin_service_shares_the_port_and_the_authentication() {
     init_logs();
     tracing::info!("Admin served next to Peer, behind the same cluster check");
-    struct Admin;
-    #[tonic::async_trait]
-    impl pb::admin_server::Admin for Admin {
-        async fn status(
-            &self,
-            _: tonic::Request<pb::StatusRequest>,
-        ) -> Result<tonic::Response<pb::StatusReply>, tonic::Status> {
-            Ok(tonic::Response::new(pb::StatusReply { node_id: 1, role: "replica".into(), ..Default::default() }))
-        }
-        async fn serving(
-            &self,
-            _: tonic::Request<pb::ServingRequest>,
-        ) -> Result<tonic::Response<pb::ServingReply>, tonic::Status> {
-            Ok(tonic::Response::new(pb::ServingReply { serving: false }))
-        }
-        type BackupStream = futures_util::stream::Empty<Result<pb::BackupChunk, tonic::Status>>;
-        async fn backup(
-            &self,
-            _: tonic::Request<pb::BackupRequest>,
-        ) -> Result<tonic::Response<Self::BackupStream>, tonic::Status> {
-            Err(tonic::Status::failed_precondition("no copy here"))
-        }
-    }
     let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
     let routes =
-        tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(Admin, auth.interceptor()));
+        tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(StatusOnly, auth.interceptor()));
     let (server, _inbox) = PeerServer::bind_with_routes(localhost(), &cfg(1), Some(routes)).await.unwrap();
     let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", server.local_addr())).await.unwrap();
     let status = admin.status(pb::StatusRequest {}).await.unwrap_err();

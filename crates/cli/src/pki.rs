@@ -1,0 +1,93 @@
+//! The certificates `cluster up` makes for a cluster: one CA, a certificate per member naming it
+//! (`node-<id>.paxsql`, the identity its peers verify, plus the address it listens on) and one for operators'
+//! tools. Private keys are written 0600 from their creation; the CA key stays in the cluster directory so that a
+//! node added later can be certified by the same CA.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use paxsql_peer_transport::identity::{member_name, OPERATOR_NAME};
+use paxsql_peer_transport::TlsConfig;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+
+use crate::cluster::write_secret;
+
+/// Years a member or operator certificate stays valid; the CA lives twice as long.
+const LEAF_YEARS: i32 = 5;
+
+/// Where the cluster's TLS files are, in `dir`.
+pub struct ClusterPki {
+    dir: PathBuf,
+}
+
+impl ClusterPki {
+    pub fn at(dir: &Path) -> ClusterPki {
+        ClusterPki { dir: dir.to_path_buf() }
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// The certificate and key of `holder` (`node-<id>` or `operator`), trusting the cluster CA.
+    pub fn tls(&self, holder: &str) -> TlsConfig {
+        TlsConfig {
+            cert: self.dir.join(format!("{holder}.pem")),
+            key: self.dir.join(format!("{holder}.key")),
+            ca: self.ca(),
+        }
+    }
+
+    /// Creates the CA and the certificates of `members` (`(id, address the node listens on)`) and of the operator.
+    pub fn create(&self, cluster_id: &str, members: &[(u64, String)]) -> anyhow::Result<()> {
+        let this_year = 1970 + (SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() / 31_556_952) as i32;
+        let validity = |params: &mut CertificateParams, years: i32| {
+            // From the start of last year: a node whose clock runs behind still accepts its peers.
+            params.not_before = rcgen::date_time_ymd(this_year - 1, 1, 1);
+            params.not_after = rcgen::date_time_ymd(this_year + years, 1, 1);
+        };
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca_params.distinguished_name = name(&format!("paxsql cluster CA {cluster_id}"));
+        validity(&mut ca_params, 2 * LEAF_YEARS);
+        let ca_key = KeyPair::generate()?;
+        write_secret(&self.dir.join("ca.key"), &ca_key.serialize_pem())?;
+        let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
+        std::fs::write(self.ca(), ca.pem()).with_context(|| format!("cannot write {}", self.ca().display()))?;
+
+        let mut holders: Vec<(String, Vec<String>)> = members
+            .iter()
+            .map(|(id, address)| (format!("node-{id}"), vec![member_name(*id), address.clone(), "localhost".into()]))
+            .collect();
+        holders.push(("operator".into(), vec![OPERATOR_NAME.into()]));
+        for (holder, names) in holders {
+            let mut params = CertificateParams::new(names.clone())?;
+            params.distinguished_name = name(&names[0]);
+            params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+            // A member is server (its peer port) and client (its links to the others); the operator only client.
+            params.extended_key_usages = if holder == "operator" {
+                vec![ExtendedKeyUsagePurpose::ClientAuth]
+            } else {
+                vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
+            };
+            validity(&mut params, LEAF_YEARS);
+            let key = KeyPair::generate()?;
+            let cert = params.signed_by(&key, &ca)?;
+            let tls = self.tls(&holder);
+            write_secret(&tls.key, &key.serialize_pem())?;
+            std::fs::write(&tls.cert, cert.pem()).with_context(|| format!("cannot write {}", tls.cert.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn name(common_name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
