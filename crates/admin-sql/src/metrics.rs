@@ -44,6 +44,7 @@ struct Inner {
     registry: Registry,
     master_version: Gauge<u64, AtomicU64>,
     is_master: Gauge,
+    database_serving: Gauge,
     holds_lease: Gauge,
     applied_instance: Gauge<u64, AtomicU64>,
     lag_transactions: Gauge<i64, AtomicI64>,
@@ -94,6 +95,7 @@ impl Metrics {
             registry: Registry::with_labels(labels.into_iter()),
             master_version: Gauge::default(),
             is_master: Gauge::default(),
+            database_serving: Gauge::default(),
             holds_lease: Gauge::default(),
             applied_instance: Gauge::default(),
             lag_transactions: Gauge::default(),
@@ -120,6 +122,12 @@ impl Metrics {
         let r = &mut inner.registry;
         r.register("paxsql_master_version", "master_version of the global log", inner.master_version.clone());
         r.register("paxsql_is_master", "1 while this node serves as master", inner.is_master.clone());
+        r.register(
+            "paxsql_database_serving",
+            "1 while the local mariadbd serves (aligned replica or master); 0 while it is down, not aligned (a \
+             stopped applier, a transaction the global log lacks) or being rebuilt: the admin role says which",
+            inner.database_serving.clone(),
+        );
         r.register("paxsql_holds_lease", "1 while this node holds the master lease", inner.holds_lease.clone());
         r.register(
             "paxsql_applied_instance",
@@ -217,6 +225,7 @@ impl Metrics {
         let m = &self.inner;
         m.master_version.set(view.master_version);
         m.is_master.set(i64::from(view.role == "master"));
+        m.database_serving.set(i64::from(view.role == "master" || view.role == "replica"));
         m.holds_lease.set(i64::from(view.holds_lease));
         m.applied_instance.set(view.applied_instance);
         m.lag_transactions.set(view.lag_transactions.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)));

@@ -541,8 +541,8 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     println!("cluster {}   master: {}", file.cluster_id, master.map_or("none".to_string(), |m| format!("node {m}")));
     println!(
-        "{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
-        "node", "role", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid"
+        "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
+        "node", "role", "database", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid"
     );
     // JSON values print with quotes and ignore widths: render each cell as plain text first.
     let cell = |v: &serde_json::Value| match v {
@@ -552,9 +552,10 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     };
     for r in &rows {
         println!(
-            "{:<5} {:<9} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
+            "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
             cell(&r["id"]),
             cell(&r["role"]),
+            cell(&r["database"]),
             cell(&r["master_id"]),
             cell(&r["master_version"]),
             cell(&r["applied_instance"]),
@@ -563,6 +564,12 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             cell(&r["pids"]["node"]),
             cell(&r["pids"]["mariadbd"]),
         );
+    }
+    // A database that cannot serve says why, under the table: a stopped applier's error, a rebuild's progress.
+    for r in rows.iter().filter(|r| r["database"] != "replica" && r["database"] != "master") {
+        if let Some(detail) = r["database_detail"].as_str().filter(|d| !d.is_empty()) {
+            println!("node {}: database {}: {detail}", cell(&r["id"]), cell(&r["database"]));
+        }
     }
     println!("application account: {} / {} (database {})", file.app_user, file.app_password, file.app_database);
     Ok(())

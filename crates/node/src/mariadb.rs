@@ -179,11 +179,58 @@ impl LocalMariaDb {
         Ok(v.flatten().unwrap_or_default())
     }
 
+    /// The replica's position and its applier, read on one session: `gtid_binlog_pos` and `SHOW SLAVE STATUS`.
+    pub async fn replica_state(&self) -> Result<ReplicaState, MariaDbError> {
+        let sql_err = |sql: &str| {
+            let sql = sql.to_string();
+            move |source| MariaDbError::Sql { sql, source }
+        };
+        let mut c = self.conn().await.map_err(sql_err("connect"))?;
+        let position: Option<String> = c
+            .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
+            .await
+            .map_err(sql_err("SELECT @@GLOBAL.gtid_binlog_pos"))?;
+        let row: Option<mysql_async::Row> =
+            c.query_first("SHOW SLAVE STATUS").await.map_err(sql_err("SHOW SLAVE STATUS"))?;
+        let _ = c.disconnect().await;
+        let field = |name: &str| -> String {
+            row.as_ref()
+                .and_then(|r| r.get_opt::<Option<String>, _>(name))
+                .and_then(Result::ok)
+                .flatten()
+                .unwrap_or_default()
+        };
+        let stopped = |running: String, errno: String, error: String| match running.as_str() {
+            // "Connecting" is an applier waiting for its source (the node's replication server), not a failure.
+            "Yes" | "Connecting" => None,
+            _ => Some(format!("{running} (error {errno}: {error})")),
+        };
+        Ok(ReplicaState {
+            position: position.unwrap_or_default(),
+            configured: row.is_some(),
+            io_stopped: stopped(field("Slave_IO_Running"), field("Last_IO_Errno"), field("Last_IO_Error")),
+            sql_stopped: stopped(field("Slave_SQL_Running"), field("Last_SQL_Errno"), field("Last_SQL_Error")),
+        })
+    }
+
     /// `MASTER_GTID_WAIT`: true once the local server has applied `gtid`, false on timeout.
     pub async fn wait_applied(&self, gtid: &str, timeout: Duration) -> Result<bool, MariaDbError> {
         let sql = format!("SELECT CAST(MASTER_GTID_WAIT('{}', {}) AS CHAR)", gtid, timeout.as_secs_f64());
         Ok(self.query_string(&sql).await? == "0")
     }
+}
+
+/// A replica's position and the state of its two replication threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaState {
+    /// `@@GLOBAL.gtid_binlog_pos`: every transaction the server holds, applied or written locally.
+    pub position: String,
+    /// Whether replication is configured at all (`SHOW SLAVE STATUS` returned a row).
+    pub configured: bool,
+    /// The IO thread is stopped: its state and last error.
+    pub io_stopped: Option<String>,
+    /// The SQL thread (the applier) is stopped: its state and last error.
+    pub sql_stopped: Option<String>,
 }
 
 /// A statement as it may appear in an error, a log line or `status.json`: the quoted value after each

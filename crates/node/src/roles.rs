@@ -136,8 +136,14 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
     let mut last_guarantee_check: Option<Instant> = None;
     // `Rpl_semi_sync_master_no_tx` as first read in this term: any later change means a commit got out unACKed.
     let mut no_tx_at_promotion: Option<u64> = None;
+    // When a replica's position and applier were last read back, and when its applier was found stopped lately.
+    let mut last_replica_check: Option<Instant> = None;
+    let mut applier_stops: Vec<Instant> = Vec::new();
+    // After its applier stopped and replication was restarted, a replica serves (RO port, candidacy) again only
+    // once its checks have passed until this moment: a restart that fails again must not look healthy meanwhile.
+    let mut probation_until: Option<Instant> = None;
     loop {
-        let can_serve = matches!(current, Current::Replica | Current::Master(_));
+        let can_serve = matches!(current, Current::Replica | Current::Master(_)) && probation_until.is_none();
         if eligible != Some(can_serve) {
             eligible = Some(can_serve);
             offer(&ctx.inbox, Input::SetEligible(can_serve));
@@ -197,7 +203,9 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
             (Current::Unknown, _) => match become_replica(&ctx).await {
                 Ok(()) => {
                     current = Current::Replica;
-                    ctx.local.send_replace(LocalRole::Replica);
+                    if probation_until.is_none() {
+                        ctx.local.send_replace(LocalRole::Replica);
+                    }
                 }
                 Err(MariaDbError::NotAligned { local, reason, diverged: true }) => {
                     tracing::error!(local = %local, reason = %reason, "the local database diverged from the global log");
@@ -218,6 +226,38 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                     tracing::error!("mariadbd is gone; restarting it in recovery mode");
                     ctx.local.send_replace(LocalRole::Down("mariadbd is gone; restarting it in recovery mode".into()));
                     current = Current::Down;
+                } else if last_replica_check.is_none_or(|t| t.elapsed() >= GUARANTEE_CHECK_EVERY) {
+                    last_replica_check = Some(Instant::now());
+                    match check_replica(&ctx).await {
+                        Ok(()) => {
+                            if probation_until.is_some_and(|t| Instant::now() >= t) {
+                                probation_until = None;
+                                ctx.local.send_replace(LocalRole::Replica);
+                                tracing::info!("the restarted applier keeps running: serving as a replica again");
+                            }
+                        }
+                        Err(ReplicaFault::Diverged(why)) => {
+                            tracing::error!(%why, "the replica holds what the global log does not: rebuilding it");
+                            ctx.local.send_replace(LocalRole::NotAligned(why));
+                            probation_until = None;
+                            current = Current::NeedsRebuild;
+                        }
+                        Err(ReplicaFault::ApplierStopped(why)) => {
+                            applier_stops.retain(|t| t.elapsed() < APPLIER_STOPS_WINDOW);
+                            applier_stops.push(Instant::now());
+                            ctx.local.send_replace(LocalRole::NotAligned(why.clone()));
+                            if applier_stops.len() >= APPLIER_STOPS_BEFORE_REBUILD {
+                                tracing::error!(%why, stops = applier_stops.len(), "the applier keeps stopping: rebuilding the replica");
+                                applier_stops.clear();
+                                probation_until = None;
+                                current = Current::NeedsRebuild;
+                            } else {
+                                tracing::warn!(%why, "the applier stopped: realigning and restarting replication");
+                                probation_until = Some(Instant::now() + APPLIER_PROBATION);
+                                current = Current::Unknown;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -367,6 +407,52 @@ async fn check_guarantees(db: &LocalMariaDb, no_tx_at_promotion: Option<u64>) ->
     match checks.iter().find(|(ok, _)| !ok) {
         Some((_, why)) => Err(format!("{why} ({row})")),
         None => Ok(no_tx),
+    }
+}
+
+/// A replica applier found stopped this many times within [`APPLIER_STOPS_WINDOW`] is not restarted again: the
+/// replica is rebuilt from a healthy member (the error is in its data or in a statement it cannot apply).
+const APPLIER_STOPS_BEFORE_REBUILD: usize = 3;
+const APPLIER_STOPS_WINDOW: Duration = Duration::from_secs(300);
+/// How long a restarted applier must keep running before its replica serves again.
+const APPLIER_PROBATION: Duration = Duration::from_secs(3);
+
+/// Why a running replica may not serve.
+#[derive(Debug)]
+enum ReplicaFault {
+    /// It holds a transaction the global log does not have: written on it outside the log (a privileged account,
+    /// directly or through the RO port). Only a rebuild removes it.
+    Diverged(String),
+    /// Its applier stopped: it falls behind for good and cannot take over as master.
+    ApplierStopped(String),
+}
+
+/// A running replica's position must be in the global log (every transaction it holds came through this node's
+/// replication server, which serves only the log) and its replication threads must run. A read that fails is no
+/// verdict: the next round tries again, and a dead mariadbd is caught by the process check.
+async fn check_replica(ctx: &Arc<RoleContext>) -> Result<(), ReplicaFault> {
+    let state = match ctx.mariadb.lock().await.replica_state().await {
+        Ok(state) => state,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read the replica's state");
+            return Ok(());
+        }
+    };
+    let Ok(position) = state.position.parse::<GtidSet>() else { return Ok(()) };
+    if !ctx.global_binlog.holds(&position) {
+        return Err(ReplicaFault::Diverged(format!(
+            "its binlog holds a transaction the global log does not have (gtid_binlog_pos {}): written on this \
+             replica outside the cluster",
+            state.position
+        )));
+    }
+    if !state.configured {
+        return Err(ReplicaFault::ApplierStopped("replication is not configured (RESET SLAVE ALL?)".into()));
+    }
+    match (state.sql_stopped, state.io_stopped) {
+        (Some(why), _) => Err(ReplicaFault::ApplierStopped(format!("the replication applier stopped: {why}"))),
+        (None, Some(why)) => Err(ReplicaFault::ApplierStopped(format!("the replication IO thread stopped: {why}"))),
+        (None, None) => Ok(()),
     }
 }
 

@@ -129,6 +129,24 @@ impl MemoryEventSource {
         Ok(())
     }
 
+    /// Whether the log holds every GTID of `state` (a replica's `gtid_binlog_pos`). Searches from the tail, where a
+    /// replica's position normally is, and stops as soon as its domain's sequence numbers fall below the one
+    /// sought (they only grow along the log): cheap enough to ask every half second under the append lock.
+    pub fn holds(&self, state: &GtidSet) -> bool {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        state.iter().all(|want| {
+            for t in log.iter().rev() {
+                if t.gtid == *want {
+                    return true;
+                }
+                if t.gtid.domain_id == want.domain_id && t.gtid.seq_no < want.seq_no {
+                    return false;
+                }
+            }
+            false
+        })
+    }
+
     /// Appends a transaction given as raw events (see [`Transaction::from_events`]).
     pub fn append_events(&self, events: Vec<Vec<u8>>) -> Result<Gtid> {
         let trx = Transaction::from_events(events)?;
@@ -238,4 +256,27 @@ pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
     }
     flush(&mut current, &mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_finds_logged_positions_and_nothing_else() {
+        let log = MemoryEventSource::new();
+        for seq in 1..=50 {
+            log.append(Transaction { gtid: Gtid::new(0, 1_100_001, seq), events: Vec::new() }).unwrap();
+        }
+        let pos = |s: &str| s.parse::<GtidSet>().unwrap();
+        assert!(log.holds(&pos("")));
+        assert!(log.holds(&pos("0-1100001-50")));
+        assert!(log.holds(&pos("0-1100001-7")));
+        // Written on a replica outside the log: its own server id, at the next sequence number or behind the tail.
+        assert!(!log.holds(&pos("0-2-51")));
+        assert!(!log.holds(&pos("0-2-20")));
+        assert!(!log.holds(&pos("0-1100001-51")));
+        assert!(!log.holds(&pos("1-1100001-3")));
+        assert!(!log.holds(&pos("0-1100001-50,1-2-1")));
+    }
 }

@@ -1,0 +1,96 @@
+//! A running replica never serves what the global log does not hold, and never looks healthy with a stopped
+//! applier (README "What paxsql guarantees"): a privileged write on a replica (`read_only` does not bind
+//! READ ONLY ADMIN) is caught within a check round, the RO port refuses, and the replica is rebuilt; a replica
+//! whose applier stops is reported with the error, restarted, and rebuilt when it keeps stopping.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+
+const T: Duration = Duration::from_secs(10);
+
+/// Node `id`'s `database` and `database_detail`, as `cluster status --json` shows them.
+fn database(c: &Cluster, id: u64) -> (String, String) {
+    let st = c.status();
+    let node = st["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == id).cloned()).unwrap_or_default();
+    (node["database"].as_str().unwrap_or("").to_string(), node["database_detail"].as_str().unwrap_or("").to_string())
+}
+
+/// Waits until `cond` holds for node `id`'s database state; returns how long it took.
+fn wait_database(c: &Cluster, id: u64, timeout: Duration, what: &str, cond: impl Fn(&str, &str) -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        let (state, detail) = database(c, id);
+        if cond(&state, &detail) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "node {id}: {what} within {timeout:?}; database {state}: {detail}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn checksums_equal(c: &Cluster, nodes: &[u64]) {
+    let first = c.sql(nodes[0], "CHECKSUM TABLE t", T).expect("checksum");
+    for &n in &nodes[1..] {
+        assert_eq!(c.sql(n, "CHECKSUM TABLE t", T).expect("checksum"), first, "node {n} differs");
+    }
+}
+
+#[test]
+fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
+    let c = Cluster::up(3, 27600);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    let replicas: Vec<u64> = all.into_iter().filter(|n| *n != m).collect();
+    c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (1, 'log')", T).expect("insert");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "1", Duration::from_secs(30));
+    for &r in &replicas {
+        wait_database(&c, r, Duration::from_secs(10), "serving as replica", |s, _| s == "replica");
+    }
+
+    let r = replicas[0];
+    eprintln!("phase: root writes on running replica {r} (binlogged): caught, RO port refuses, rebuilt");
+    c.root_sql(r, "INSERT INTO app.t VALUES (4242, 'written on a replica')").expect("root writes on the replica");
+    let caught = wait_database(&c, r, Duration::from_secs(5), "leave the replica state", |s, _| s != "replica");
+    eprintln!("node {r}: stray write caught after {caught:?}: {:?}", database(&c, r));
+    assert!(caught < Duration::from_secs(2), "caught only after {caught:?}");
+    let ro = c.sql_via(r, "proxy_ro", "SELECT COUNT(*) FROM t WHERE id = 4242", T);
+    assert!(ro.is_err(), "the RO port of a replica holding a stray write answered: {ro:?}");
+    assert_ne!(c.master(), Some(r));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while common::sample(&c.metrics(r), "paxsql_database_serving") != Some(0.0) {
+        assert!(Instant::now() < deadline, "/metrics of node {r} keeps calling its database serving");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.wait_log(r, "log/node.log", "rebuild complete", Duration::from_secs(180));
+    wait_database(&c, r, Duration::from_secs(60), "serving as replica again", |s, _| s == "replica");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (2, 'log')", T).expect("insert");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "2", Duration::from_secs(60));
+    assert_eq!(c.sql_via(r, "proxy_ro", "SELECT COUNT(*) FROM t WHERE id = 4242", T).as_deref(), Ok("0"));
+    checksums_equal(&c, &all);
+
+    let r = replicas[1];
+    eprintln!(
+        "phase: root writes on replica {r} with sql_log_bin=0 (no GTID); the log's own row then stops its applier"
+    );
+    c.root_sql(r, "SET sql_log_bin = 0; INSERT INTO app.t VALUES (500, 'written on a replica')").expect("root writes");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (500, 'log')", T).expect("the log's row");
+    let seen = wait_database(&c, r, Duration::from_secs(5), "report the stopped applier", |s, d| {
+        s != "replica" && d.contains("1062")
+    });
+    eprintln!("node {r}: stopped applier reported after {seen:?}: {:?}", database(&c, r));
+    c.wait_log(r, "log/node.log", "the applier keeps stopping: rebuilding the replica", Duration::from_secs(60));
+    c.wait_log(r, "log/node.log", "rebuild complete", Duration::from_secs(180));
+    wait_database(&c, r, Duration::from_secs(60), "serving as replica again", |s, _| s == "replica");
+    c.wait_all(&all, "SELECT v FROM t WHERE id = 500", "log", Duration::from_secs(60));
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (3, 'log')", T).expect("insert");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(60));
+    checksums_equal(&c, &all);
+}
