@@ -5,7 +5,7 @@
 # What the tests need:
 #   mariadb-server   mariadbd + mariadb-install-db (crates/mariadb-testkit starts its own servers)
 #   mariadb-client   the `mariadb` / `mariadb-admin` / `mariadb-binlog` CLIs (debugging, some tests)
-#   mariadb-backup   mariabackup, to rebuild a node from a healthy member (DESIGN §5)
+#   mariadb-backup   mariabackup, to rebuild a node from a healthy member (docs/ARCHITECTURE.md §5)
 #   sysbench         benchmarks (bench/)
 #   iproute2         `ip netns` for network-namespace partition tests; `tc` for the fault suite's slow network
 #                    (netem where the kernel has sch_netem, else a tbf token bucket)

@@ -1,5 +1,5 @@
 //! Compiles `proto/paxsql.proto` with protox (a pure Rust protobuf compiler, so no system `protoc` is needed;
-//! DESIGN §8) and generates prost messages plus tonic clients and servers from the descriptor set.
+//! docs/ARCHITECTURE.md §8) and generates prost messages plus tonic clients and servers from the descriptor set.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");

@@ -1,6 +1,6 @@
 //! The node's admin SQL port and its Prometheus metrics.
 //!
-//! Place in the system (DESIGN §1, §7): beside the proxy, each node offers operators a MySQL-protocol admin
+//! Place in the system (docs/ARCHITECTURE.md §1, §7): beside the proxy, each node offers operators a MySQL-protocol admin
 //! port (so the ordinary `mariadb` CLI works) showing the cluster as this node sees it, and an HTTP `/metrics`
 //! endpoint. Both read one [`ClusterView`] that the node publishes on a `tokio::sync::watch` channel (the node
 //! refreshes it every status tick); neither changes anything in the cluster.

@@ -248,7 +248,7 @@ async fn serve_connection(
     }
 }
 
-/// Commands opensrv-mysql answers correctly. It answers every other command byte with OK (DESIGN §7), which
+/// Commands opensrv-mysql answers correctly. It answers every other command byte with OK (docs/ARCHITECTURE.md §7), which
 /// would tell a client that, say, COM_CHANGE_USER succeeded; those are answered here instead.
 const FORWARDED_COMMANDS: &[u8] = &[
     0x01, // COM_QUIT

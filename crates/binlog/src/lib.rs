@@ -1,6 +1,6 @@
 //! MariaDB binlog event codec for paxsql: pure functions over byte slices, no IO.
 //!
-//! Place in the system (DESIGN.md §3, §4): on the master node the replication client reads events from the
+//! Place in the system (docs/ARCHITECTURE.md §3, §4): on the master node the replication client reads events from the
 //! local mariadbd's dump stream and uses this crate to find event-group boundaries and GTIDs; the Paxos log
 //! stores the events as opaque bytes; on replica nodes the binlog server re-serves them to its local mariadbd,
 //! opening each dump with synthetic events built by [`synth`] and rewriting positions with [`patch_log_pos`].
@@ -31,7 +31,7 @@
 //! ```
 //!
 //! Formats follow MariaDB's `sql/log_event.h` / `log_event.cc` (10.11) and were checked against the captures
-//! in `shared/evidence/` (see `testdata/`).
+//! in the lab captures (`docs/evidence/replication-protocol.md`) (see `testdata/`).
 
 mod cursor;
 mod error;

@@ -1,6 +1,6 @@
 //! Builders for the synthetic events a master sends around a binlog dump, byte-compatible with what
 //! MariaDB 10.11's dump thread (`mysql_binlog_send()` in `sql/sql_repl.cc`) sends. The paxsql binlog server
-//! serves its global log with these (DESIGN.md §4): a fake ROTATE, FORMAT_DESCRIPTION, GTID_LIST and
+//! serves its global log with these (docs/ARCHITECTURE.md §4): a fake ROTATE, FORMAT_DESCRIPTION, GTID_LIST and
 //! BINLOG_CHECKPOINT open every dump, an artificial GTID_LIST marks a resume point, heartbeats fill idle time.
 //!
 //! Positions: a real event's `log_pos` is the offset just past it in its binlog file, so builders for those take
@@ -16,7 +16,7 @@ use crate::header::{event_flags, Checksum, EVENT_HEADER_LEN};
 pub const BINLOG_FIRST_EVENT_POS: u32 = 4;
 
 /// Post-header length of each event type 1..=171 that MariaDB 10.11 announces in its FORMAT_DESCRIPTION
-/// (observed in `shared/evidence/repl-handshake-and-stream.pcap`, server 10.11.19). Replicas look up e.g. the
+/// (observed in the lab capture `repl-handshake-and-stream.pcap` (docs/evidence/replication-protocol.md), server 10.11.19). Replicas look up e.g. the
 /// QUERY post-header length (13) and TABLE_MAP's (8) here, so we announce exactly what a 10.11 master does.
 pub const MARIADB_10_11_POST_HEADER_LENS: [u8; 171] = [
     0x38, 0x0d, 0x00, 0x08, 0x00, 0x12, 0x00, 0x04, 0x04, 0x04, 0x04, 0x12, 0x00, 0x00, 0xe4, 0x00, 0x04, 0x1a, 0x08,

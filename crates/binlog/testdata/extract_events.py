@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Extract the binlog events from the replication captures in shared/evidence/ into test fixtures.
+"""Extract the binlog events from the replication captures in the lab's capture directory (docs/evidence/replication-protocol.md) into test fixtures.
 
 Needs only the Python standard library (no tshark): reads the classic pcap format (Ethernet link type),
 reassembles each TCP connection's server->client bytes, splits MySQL packets (3-byte length + sequence id) and
@@ -11,7 +11,7 @@ Writes:
   annotated/<name>.hex            one event per type, field by field (used by tests/fixtures.rs)
 and the fuzz seed corpus ../fuzz/corpus/decode_event/<capture>-<n>.bin.
 
-Usage: python3 extract_events.py /work/shared/evidence
+Usage: python3 extract_events.py <directory holding the .pcap captures>
 This independent decoder (not the Rust code under test) produces the annotations, so a fixture checks the codec.
 """
 import collections, os, struct, sys, zlib
@@ -186,7 +186,7 @@ def main(evidence):
     picked = {}
     for cap in CAPTURES:
         stem = cap[:-len('.pcap')]
-        lines = [f'# Every binlog event the master sent in shared/evidence/{cap} (MariaDB 10.11.19, binlog_checksum=CRC32),',
+        lines = [f'# Every binlog event the master sent in the lab capture {cap} (MariaDB 10.11.19, binlog_checksum=CRC32),',
                  '# one per line as hex, without the packet header and the 00 EF <flag> prefix. Made by extract_events.py.']
         count = 0
         for n, seq, ack, ev in events(os.path.join(evidence, cap)):
@@ -213,10 +213,10 @@ def main(evidence):
         print(f'{cap}: {count} events')
     for name, (cap, n, seq, ev) in sorted(picked.items()):
         with open(os.path.join(ann_dir, f'{name}.hex'), 'w') as f:
-            f.write(f'# {summary(ev)}\n# from shared/evidence/{cap}, tcp stream {n}, packet seq={seq}. Made by extract_events.py.\n')
+            f.write(f'# {summary(ev)}\n# from the lab capture {cap}, tcp stream {n}, packet seq={seq}. Made by extract_events.py.\n')
             f.write('\n'.join(annotate(ev)) + '\n')
     print('annotated:', ', '.join(sorted(picked)))
 
 
 if __name__ == '__main__':
-    main(sys.argv[1] if len(sys.argv) > 1 else '/work/shared/evidence')
+    main(sys.argv[1] if len(sys.argv) > 1 else '.')

@@ -1,4 +1,4 @@
-//! Events captured from a real MariaDB 10.11.19 master (shared/evidence/*.pcap, extracted into testdata/ by
+//! Events captured from a real MariaDB 10.11.19 master (the lab captures of docs/evidence/replication-protocol.md, extracted into testdata/ by
 //! testdata/extract_events.py): every one decodes, carries the field values the capture's decoded text shows,
 //! and re-encodes to the same bytes; the synthetic-event builders reproduce the master's bytes exactly.
 

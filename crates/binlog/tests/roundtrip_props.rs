@@ -1,6 +1,6 @@
 //! Property tests with a hand-rolled, seeded generator (SplitMix64). Why not proptest: these properties need
 //! no shrinking to be readable (failures print the seed and the event), the crate keeps zero dev-dependencies,
-//! and a fixed seed makes every run identical, like the simulator's (STYLE.md). Set PAXSQL_BINLOG_SEED to try
+//! and a fixed seed makes every run identical, like the simulator's (docs/ARCHITECTURE.md §13). Set PAXSQL_BINLOG_SEED to try
 //! another seed; the cargo-fuzz targets in fuzz/ cover the open-ended search.
 //!
 //! Properties:

@@ -152,7 +152,7 @@ pub(crate) fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
 fn my_cnf(n: &NodeLayout) -> String {
     let d = n.dir.display();
     format!(
-        "# Written by `paxsql cluster up`. Recipe: DESIGN.md §3 (shared/evidence/my.cnf.*).\n\
+        "# Written by `paxsql cluster up`. Recipe: docs/ARCHITECTURE.md §3 (docs/evidence/mariadb-config.md).\n\
          [mariadbd]\n\
          user=root\n\
          bind-address={host}\n\
@@ -173,7 +173,7 @@ fn my_cnf(n: &NodeLayout) -> String {
          sync_binlog=1\n\
          innodb_flush_log_at_trx_commit=1\n\
          skip-name-resolve\n\
-         # The proxies pass the client's address with the PROXY protocol (DESIGN §7); connections without the\n\
+         # The proxies pass the client's address with the PROXY protocol (docs/ARCHITECTURE.md §7); connections without the\n\
          # header from these networks are still accepted (the node's own, verified on 10.11).\n\
          proxy_protocol_networks=127.0.0.0/8,localhost\n\
          # Every node starts as a read-only replica; the node promotes the master (SET GLOBAL at promotion).\n\
@@ -318,8 +318,8 @@ fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app
         bail!("mariadbd of node {} exited during initialisation; see {}/log/mariadbd.err", n.id, n.dir.display());
     }
     // Accounts are created with the binlog off, before any replica exists, or they would wait for an ACK
-    // forever (DESIGN §3). The application account gets neither ALL ON *.* nor READ ONLY ADMIN, so read_only
-    // holds it (DESIGN §5).
+    // forever (docs/ARCHITECTURE.md §3). The application account gets neither ALL ON *.* nor READ ONLY ADMIN, so read_only
+    // holds it (docs/ARCHITECTURE.md §5).
     // mariadb-install-db leaves root@127.0.0.1, root@::1 and root@<hostname> without a password (and, on some
     // versions, anonymous accounts): every account but root@localhost (which gets a password) and the locked
     // mariadb.sys goes, so that no account without a password remains on any port.
@@ -482,7 +482,7 @@ fn down(dir: &Path) -> anyhow::Result<()> {
                 }
             }
         }
-        // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (DESIGN §3).
+        // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (docs/ARCHITECTURE.md §3).
         if let Some(pid) = read_pid(&n.datadir().join("mariadbd.pid")) {
             if pid_alive(pid) {
                 unsafe { libc::kill(pid, libc::SIGKILL) };

@@ -128,7 +128,7 @@ pub enum ErrorClass {
     Statement,
 }
 
-/// SQLSTATE of the ERR packet a paxsql proxy sends when no master holds a lease (DESIGN §7).
+/// SQLSTATE of the ERR packet a paxsql proxy sends when no master holds a lease (docs/ARCHITECTURE.md §7).
 pub const PROXY_NO_MASTER_STATE: &str = "08S01";
 /// Message prefix of that ERR packet.
 pub const PROXY_NO_MASTER_PREFIX: &str = "paxsql: no master";
@@ -171,7 +171,7 @@ fn classify_server(s: &ServerError) -> ErrorClass {
         ER_READ_ONLY_MODE => ErrorClass::NotMaster,
         _ if s.state == PROXY_NO_MASTER_STATE && s.message.starts_with(PROXY_NO_MASTER_PREFIX) => ErrorClass::NotMaster,
         ER_LOCK_DEADLOCK => ErrorClass::RolledBack,
-        // A KILLed or shut-down session may have committed its waiting transaction (DESIGN §3): broken, not
+        // A KILLed or shut-down session may have committed its waiting transaction (docs/ARCHITECTURE.md §3): broken, not
         // refused.
         ER_SERVER_SHUTDOWN | ER_CONNECTION_KILLED | CR_SERVER_GONE_ERROR | CR_SERVER_LOST => {
             ErrorClass::ConnectionBroken

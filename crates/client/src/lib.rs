@@ -1,6 +1,6 @@
 //! paxsql-client: the Rust client library for a paxsql cluster, on `mysql_async`.
 //!
-//! Applications give it every node's read-write endpoint (the node proxies' RW ports, DESIGN §1, §7). It finds
+//! Applications give it every node's read-write endpoint (the node proxies' RW ports, docs/ARCHITECTURE.md §1, §7). It finds
 //! the master through any reachable node — a connection whose server answers `SELECT @@read_only` = 0 is on the
 //! master — keeps a connection pool on that endpoint, and after a failover looks again, starting with the last
 //! endpoint that worked, pausing with bounded exponential backoff, until a failover deadline (10 s by default).
@@ -21,7 +21,7 @@
 //! | any other server error (duplicate key, syntax, access denied)  | definitive answer      | returned         |
 //!
 //! A session killed with `KILL` or ended by a shutdown may have committed a transaction that was waiting for its
-//! replication ACK (DESIGN §3), so `1927` and `1053` count as a lost connection, not as a refusal.
+//! replication ACK (docs/ARCHITECTURE.md §3), so `1927` and `1053` count as a lost connection, not as a refusal.
 //! [`Error::OutcomeUnknown`] is the application's call: look for the write with a read, or make writes
 //! idempotent (a unique request id) so that repeating them is harmless.
 //!

@@ -1,5 +1,5 @@
 //! The global log of paxsql: the replicated state machine that every binlog server keeps on top of the Paxos core
-//! (DESIGN §2), and each node's view of the master lease (DESIGN §5).
+//! (docs/ARCHITECTURE.md §2), and each node's view of the master lease (docs/ARCHITECTURE.md §5).
 //!
 //! [`GlobalLogNode`] is the whole per-node logic, still pure: the daemon feeds it network messages and ticks from
 //! a monotonic clock and does the disk and network work its [`NodeReady`] asks for; the simulator drives the very

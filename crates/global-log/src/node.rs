@@ -1,7 +1,7 @@
 //! [`GlobalLogNode`]: the Paxos core plus the replicated state machine plus this node's view of the master lease.
 //! This is what the binlog server runs and what the simulator drives: pure, with time passed in.
 //!
-//! Lease rule (DESIGN §5): the master holds its lease until `proposed_at + lease_ms` on its own monotonic clock,
+//! Lease rule (docs/ARCHITECTURE.md §5): the master holds its lease until `proposed_at + lease_ms` on its own monotonic clock,
 //! counted from when it proposed the renewal (or the change) that was then applied successfully. Every other
 //! member notes the local time at which it applied the latest renewal and stands for election only once
 //! `lease_ms + max_clock_drift_ms` (plus a stagger for members that applied less) have passed since. A candidate's
@@ -41,7 +41,7 @@ pub struct GlobalLogConfig {
 }
 
 impl GlobalLogConfig {
-    /// Defaults sized for a LAN (DESIGN §5: lease about 1.5 s, renewed every lease/3).
+    /// Defaults sized for a LAN (docs/ARCHITECTURE.md §5: lease about 1.5 s, renewed every lease/3).
     pub fn lan(id: NodeId, initial_membership: Membership) -> Self {
         GlobalLogConfig {
             paxos: paxsql_paxos::Config::new(id),

@@ -56,7 +56,7 @@ impl ReplicationSource {
 
 impl MariaDb {
     /// `CREATE USER` + `GRANT` with `SET sql_log_bin=0`: not binlogged, so it does not wait for a semi-sync ACK
-    /// and does not add a GTID (DESIGN §3). `privileges` is a GRANT list such as `"SELECT, INSERT ON test.*"`.
+    /// and does not add a GTID (docs/ARCHITECTURE.md §3). `privileges` is a GRANT list such as `"SELECT, INSERT ON test.*"`.
     pub fn create_user(&self, user: &str, host: &str, password: &str, privileges: &str) -> Result<(), TestkitError> {
         self.create_user_with(user, host, password, privileges, "")
     }
@@ -191,7 +191,7 @@ impl MariaDb {
         self.query_value::<String>("SELECT @@global.gtid_slave_pos")
     }
 
-    /// `SET GLOBAL rpl_semi_sync_master_enabled=ON/OFF` (turning it on is part of a promotion, DESIGN §5).
+    /// `SET GLOBAL rpl_semi_sync_master_enabled=ON/OFF` (turning it on is part of a promotion, docs/ARCHITECTURE.md §5).
     pub fn set_semi_sync_master(&self, on: bool) -> Result<(), TestkitError> {
         self.exec(if on {
             "SET GLOBAL rpl_semi_sync_master_enabled=ON"

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Which role a server is configured for. All profiles share the durability and GTID settings of DESIGN §3
-/// ("Verified recipe", `shared/evidence/my.cnf.master` / `my.cnf.replica`); they differ in semi-sync and
+/// Which role a server is configured for. All profiles share the durability and GTID settings of docs/ARCHITECTURE.md §3
+/// ("Verified recipe"; lab record `docs/evidence/mariadb-config.md`); they differ in semi-sync and
 /// `read_only`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
@@ -18,7 +18,7 @@ pub enum Profile {
     /// crate run with `SET sql_log_bin=0` and so never wait.
     Master,
     /// A replica: `read_only=ON` (root keeps writing: it holds READ ONLY ADMIN), semi-sync slave ON,
-    /// semi-sync master OFF (a replica with it ON hangs its own applier threads, DESIGN §3),
+    /// semi-sync master OFF (a replica with it ON hangs its own applier threads, docs/ARCHITECTURE.md §3),
     /// `slave_parallel_threads=4`, `slave_parallel_mode=optimistic`.
     Replica,
     /// Same binlog, GTID and durability settings, no semi-sync and no `read_only`: for baselines (plain MariaDB
@@ -180,7 +180,7 @@ pub(crate) fn render_option_file(opts: &MariaDbOptions, layout: &Layout, port: u
         s.push_str(l);
         s.push('\n');
     };
-    line("# Written by paxsql-mariadb-testkit. Recipe: DESIGN.md §3, shared/evidence/my.cnf.{master,replica}.");
+    line("# Written by paxsql-mariadb-testkit. Recipe: docs/ARCHITECTURE.md §3, docs/evidence/mariadb-config.md.");
     line("[mariadbd]");
     if run_as_root {
         // mariadbd refuses to run as root unless told to; tests run as root.
@@ -195,7 +195,7 @@ pub(crate) fn render_option_file(opts: &MariaDbOptions, layout: &Layout, port: u
     line(&format!("tmpdir={}", layout.tmp_dir.display()));
     line(&format!("server-id={}", opts.server_id));
     line("gtid_domain_id=0");
-    line("# Explicit names: never mix log-basename with a bare log-bin (evidence: my.cnf.master).");
+    line("# Explicit names: never mix log-basename with a bare log-bin (docs/evidence/mariadb-config.md).");
     line(&format!("log-bin={b}"));
     line(&format!("log-bin-index={b}.index"));
     line(&format!("relay-log={b}-relay"));
@@ -206,7 +206,7 @@ pub(crate) fn render_option_file(opts: &MariaDbOptions, layout: &Layout, port: u
     line("sync_binlog=1");
     line("innodb_flush_log_at_trx_commit=1");
     line("skip-name-resolve");
-    line("# Start as SLAVE role so a crash truncates the un-ACKed binlog tail (MDEV-21117, DESIGN §5).");
+    line("# Start as SLAVE role so a crash truncates the un-ACKed binlog tail (MDEV-21117, docs/ARCHITECTURE.md §5).");
     line("init-rpl-role=SLAVE");
     line("# Small footprint: many servers run at once on a 2-core machine.");
     line("innodb_buffer_pool_size=32M");

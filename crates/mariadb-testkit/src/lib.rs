@@ -1,10 +1,10 @@
 //! Real `mariadbd` servers for paxsql's tests.
 //!
-//! paxsql runs an unmodified MariaDB 10.11 next to each node's binlog server (DESIGN §1). Everything that talks
+//! paxsql runs an unmodified MariaDB 10.11 next to each node's binlog server (docs/ARCHITECTURE.md §1). Everything that talks
 //! to MariaDB — the binlog capture on the master, the replication server that feeds replicas, the proxy, the
 //! failover and crash-recovery paths — is tested against real servers, and this crate is how tests get them:
 //! [`MariaDb::start`] initialises a data dir with `mariadb-install-db`, writes an option file following the
-//! verified recipe (DESIGN §3, [`Profile`]), starts `mariadbd` on a free 127.0.0.1 port and waits until root can
+//! verified recipe (docs/ARCHITECTURE.md §3, [`Profile`]), starts `mariadbd` on a free 127.0.0.1 port and waits until root can
 //! log in. Tests then crash it ([`MariaDb::kill9`]), restart it on the same data dir ([`MariaDb::restart`]), and
 //! run SQL through blocking helpers or async `mysql_async` connections. Dropping a [`MariaDb`] always kills
 //! the process and removes its temp dir, also when the test panics.

@@ -110,7 +110,7 @@ impl MariaDb {
 
     /// Starts the server again with the same option file, port and data dir, after [`MariaDb::kill9`],
     /// [`MariaDb::stop`] or a crash. With `init-rpl-role=SLAVE` (all profiles) MariaDB rolls back prepared
-    /// transactions and truncates an un-ACKed binlog tail during this start (DESIGN §5).
+    /// transactions and truncates an un-ACKed binlog tail during this start (docs/ARCHITECTURE.md §5).
     ///
     /// Beware: that also rolls back the LAST commits that returned to the client (semi-sync ACKed or not) if
     /// the kill came before InnoDB flushed their commit records (MDEV-232: with the binlog on, InnoDB does not
@@ -124,7 +124,7 @@ impl MariaDb {
         self.launch()
     }
 
-    /// SIGKILL, then waits (bounded) until the process is gone. The way a master must be stopped (DESIGN §3).
+    /// SIGKILL, then waits (bounded) until the process is gone. The way a master must be stopped (docs/ARCHITECTURE.md §3).
     pub fn kill9(&mut self) -> Result<(), TestkitError> {
         let Some(mut child) = self.child.take() else {
             return Err(TestkitError::NotRunning);
@@ -135,7 +135,7 @@ impl MariaDb {
     /// Clean shutdown (SIGTERM), bounded; falls back to SIGKILL and reports [`TestkitError::ExitTimeout`].
     ///
     /// Never do this to a production master: a clean shutdown commits every transaction that waits for a
-    /// semi-sync ACK (DESIGN §3). Tests may.
+    /// semi-sync ACK (docs/ARCHITECTURE.md §3). Tests may.
     pub fn stop(&mut self) -> Result<(), TestkitError> {
         let Some(mut child) = self.child.take() else {
             return Err(TestkitError::NotRunning);

@@ -46,7 +46,7 @@ fn profiles_follow_the_verified_recipe_and_servers_get_distinct_ports() -> anyho
     ensure!(master.port() != replica.port(), "both servers on port {}", master.port());
     ensure!(master.pid() != replica.pid());
 
-    eprintln!("t00: both profiles carry the durability and GTID settings of DESIGN §3");
+    eprintln!("t00: both profiles carry the durability and GTID settings of docs/ARCHITECTURE.md §3");
     for db in [&master, &replica] {
         for (name, want) in [
             ("gtid_strict_mode", "1"),

@@ -1,5 +1,5 @@
 //! A real MariaDB → MariaDB semi-sync replication pair built from the two profiles: proves that the profiles
-//! and setup helpers fit together the way DESIGN §3/§4 needs them.
+//! and setup helpers fit together the way docs/ARCHITECTURE.md §3/§4 needs them.
 
 use std::time::Duration;
 

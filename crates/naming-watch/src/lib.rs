@@ -2,7 +2,7 @@
 //!
 //! Applications that cannot use the paxsql client (a connection string in a file, a DNS record, a load balancer)
 //! still need to follow failovers. The watcher asks every node's authenticated Admin.Status (on its peer port,
-//! DESIGN §1) every `poll_interval_ms`, trusts the node that says it is master, holds the lease and serves, with
+//! docs/ARCHITECTURE.md §1) every `poll_interval_ms`, trusts the node that says it is master, holds the lease and serves, with
 //! the highest `master_version`, and once a new master has been seen unchanged for `debounce_ms` hands it to
 //! each target: a file rewritten atomically from a template, a command, a webhook (JSON POST over HTTP). Every
 //! target has its own worker that retries with doubling pauses and always moves to the newest master. A cluster

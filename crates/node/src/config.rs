@@ -1,5 +1,5 @@
 //! Node configuration: TOML, every key documented with its default, unknown keys rejected, and a `validate`
-//! that checks what serde cannot (DESIGN §5 timing rules, addresses, membership).
+//! that checks what serde cannot (docs/ARCHITECTURE.md §5 timing rules, addresses, membership).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -17,7 +17,7 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Timing presets (DESIGN §5): a LAN lease of about 1.5 s, a WAN one several round trips long.
+/// Timing presets (docs/ARCHITECTURE.md §5): a LAN lease of about 1.5 s, a WAN one several round trips long.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
@@ -90,7 +90,7 @@ pub struct AdminSettings {
     pub password_file: Option<PathBuf>,
 }
 
-/// The MySQL-protocol proxy (DESIGN §7).
+/// The MySQL-protocol proxy (docs/ARCHITECTURE.md §7).
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ProxySettings {
@@ -171,7 +171,7 @@ pub struct MariaDbConfig {
     /// waits for an operator. Default: none.
     pub error_log: Option<PathBuf>,
     /// Rebuild the local database from a healthy member with mariabackup, automatically, when it is no longer a
-    /// prefix of the global log (DESIGN §5). Default true.
+    /// prefix of the global log (docs/ARCHITECTURE.md §5). Default true.
     #[serde(default = "default_true")]
     pub auto_rebuild: bool,
     /// The mariabackup binary. Default `/usr/bin/mariabackup`.

@@ -1,4 +1,4 @@
-//! The paxsql node: what `paxsql node --config node.toml` runs beside one unmodified mariadbd (DESIGN §1).
+//! The paxsql node: what `paxsql node --config node.toml` runs beside one unmodified mariadbd (docs/ARCHITECTURE.md §1).
 //!
 //! [`config`] reads and checks the TOML configuration; [`driver`] runs the global log — the pure
 //! [`paxsql_global_log::GlobalLogNode`] over the raft-engine store and the peer transport — in a tokio task,

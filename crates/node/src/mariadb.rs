@@ -1,4 +1,4 @@
-//! Supervision of the local mariadbd (DESIGN §5): start it, stop it only with SIGKILL (a clean shutdown or a
+//! Supervision of the local mariadbd (docs/ARCHITECTURE.md §5): start it, stop it only with SIGKILL (a clean shutdown or a
 //! KILL commits transactions still waiting for their semi-sync ACK), restart it so that `init-rpl-role=SLAVE`
 //! rolls back and truncates an un-ACKed binlog tail, and the few SQL statements role changes need.
 
@@ -88,7 +88,7 @@ impl LocalMariaDb {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // mariadbd dies with its node, by SIGKILL (the only safe way, DESIGN §3): a node that crashed must not leave
+        // mariadbd dies with its node, by SIGKILL (the only safe way, docs/ARCHITECTURE.md §3): a node that crashed must not leave
         // a server behind that still takes writes with read_only=OFF while another member becomes master.
         // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
         unsafe {
@@ -137,7 +137,7 @@ impl LocalMariaDb {
         String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 
-    /// SIGKILL, and wait until the process is gone. Never a clean shutdown (DESIGN §3 hazards).
+    /// SIGKILL, and wait until the process is gone. Never a clean shutdown (docs/ARCHITECTURE.md §3 hazards).
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

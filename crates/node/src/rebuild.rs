@@ -1,4 +1,4 @@
-//! Rebuilding the local database from a healthy member (DESIGN §5). A node whose data is no longer a prefix of the
+//! Rebuilding the local database from a healthy member (docs/ARCHITECTURE.md §5). A node whose data is no longer a prefix of the
 //! global log — MariaDB refused to truncate an un-ACKed tail holding a DDL, or the local GTID state holds a
 //! transaction the global log does not — gets a physical copy of an aligned replica's data (`mariabackup
 //! --backup --stream=xbstream` on the donor, streamed over the authenticated admin service, unpacked with

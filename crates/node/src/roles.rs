@@ -1,4 +1,4 @@
-//! Master and replica roles of the local mariadbd (DESIGN §3–§5), reconciled with what the global log says:
+//! Master and replica roles of the local mariadbd (docs/ARCHITECTURE.md §3–§5), reconciled with what the global log says:
 //! promote when this node holds the lease, demote (SIGKILL and a recovery restart that drops any un-ACKed tail)
 //! when it no longer does, and keep a replica replicating from this node's own binlog server.
 //!
@@ -278,7 +278,7 @@ fn replace(slot: &mut LocalRole, next: LocalRole) -> bool {
 }
 
 /// Starts mariadbd (always in recovery mode, which truncates an un-ACKed binlog tail). MariaDB refuses to truncate
-/// a tail holding a DDL (DESIGN §5): that data must be rebuilt.
+/// a tail holding a DDL (docs/ARCHITECTURE.md §5): that data must be rebuilt.
 async fn start_database(ctx: &Arc<RoleContext>) -> Current {
     // Whatever the server held before, a restarted one serves nothing (RO port included) until the alignment
     // check has passed again.
@@ -339,7 +339,7 @@ async fn promote(
     st: &NodeStatus,
 ) -> Result<(tokio::task::JoinHandle<()>, watch::Receiver<bool>), MariaDbError> {
     let db = ctx.mariadb.lock().await;
-    // Catch up to the end of the global log before accepting writes (DESIGN §5).
+    // Catch up to the end of the global log before accepting writes (docs/ARCHITECTURE.md §5).
     if !st.last_gtid.is_empty() && !db.wait_applied(&st.last_gtid, Duration::from_millis(500)).await? {
         return Err(MariaDbError::NotReady {
             secs: 0,
@@ -467,7 +467,7 @@ async fn demote(
     serving: &watch::Sender<Option<u64>>,
 ) {
     // Stop routing first, then the capture, then SIGKILL: a clean shutdown would commit waiting transactions
-    // without their ACK, and so would killing their sessions (DESIGN §3). The restart (next round of the role
+    // without their ACK, and so would killing their sessions (docs/ARCHITECTURE.md §3). The restart (next round of the role
     // controller) rolls back and truncates whatever never reached the global log (init-rpl-role=SLAVE).
     serving.send_replace(None);
     if let Some((handle, _)) = capture.take() {
@@ -480,7 +480,7 @@ async fn demote(
 
 async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     let db = ctx.mariadb.lock().await;
-    // Alignment (DESIGN §5): the local server must hold a prefix of the global log before it serves in any role.
+    // Alignment (docs/ARCHITECTURE.md §5): the local server must hold a prefix of the global log before it serves in any role.
     // A position ahead of our copy of the log may only mean the copy is still catching up: retry later. A
     // diverged one (a transaction the global log does not have) needs a rebuild from a healthy member.
     let local = db.query_string("SELECT @@GLOBAL.gtid_binlog_pos").await?;

@@ -2,7 +2,7 @@
 //!
 //! Order matters: the global log first (so the served binlog is complete before any replica connects), then the
 //! replication endpoint, then mariadbd (killed first if a previous process left one running: only a recovery
-//! restart may bring it back, DESIGN §5), then the role controller.
+//! restart may bring it back, docs/ARCHITECTURE.md §5), then the role controller.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -143,7 +143,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let repl_task = tokio::spawn(repl_server.run(shutdown.clone()));
 
     // mariadbd: the role controller starts it, always in recovery mode (killed first if a previous process left one
-    // running: only a recovery restart may bring it back, DESIGN §5).
+    // running: only a recovery restart may bring it back, docs/ARCHITECTURE.md §5).
     let defaults_file = cfg.mariadb.defaults_file.clone().unwrap_or_else(|| cfg.data_dir.join("my.cnf"));
     let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone());
     let (local_tx, local_role) = watch::channel(LocalRole::Down("starting".into()));
@@ -336,7 +336,7 @@ struct Endpoints {
     member_mariadb: std::collections::HashMap<u64, String>,
 }
 
-/// Where the proxy sends writes, from what this node knows. A stale master must never serve (DESIGN §5): the
+/// Where the proxy sends writes, from what this node knows. A stale master must never serve (docs/ARCHITECTURE.md §5): the
 /// local server only while it serves the current term under a held lease, another member's only while this node
 /// has seen that master's lease renewed less than a lease ago.
 fn route_for(

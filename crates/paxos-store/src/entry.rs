@@ -1,7 +1,7 @@
 //! The chosen-log entry as raft-engine stores it.
 //!
 //! raft-engine 0.4.2 only stores entries that implement rust-protobuf 2.x `Message` (`MessageExt::Entry`), and
-//! learns an entry's log index through `MessageExt::index` (DESIGN §6). We do not need generated code for one
+//! learns an entry's log index through `MessageExt::index` (docs/ARCHITECTURE.md §6). We do not need generated code for one
 //! two-field message, so this is a hand-written implementation of the wire format
 //! `message ChosenEntry { uint64 instance = 1; bytes value = 2; }`, where `value` is `Value::encode()`.
 //! Reflection (`descriptor`) is never used by raft-engine and is not provided.

@@ -9,7 +9,7 @@
 //!
 //! Every `WriteBatch` becomes exactly one raft-engine `LogBatch`, so it is atomic on disk.
 //!
-//! raft-engine hazards this crate guards against (DESIGN §6):
+//! raft-engine hazards this crate guards against (docs/ARCHITECTURE.md §6):
 //! - appending a non-contiguous index panics after the batch is written, and every later open panics too: the
 //!   contiguity check runs before anything reaches raft-engine;
 //! - purge is manual: a snapshot that compacts the log is followed by `purge_expired_files`;
@@ -255,7 +255,7 @@ impl Storage for RaftEngineStorage {
     }
 
     fn write(&mut self, batch: &WriteBatch, sync: bool) -> Result<(), StorageError> {
-        // Before anything reaches raft-engine: a gap there panics after writing and bricks the store (DESIGN §6).
+        // Before anything reaches raft-engine: a gap there panics after writing and bricks the store (docs/ARCHITECTURE.md §6).
         check_chosen_contiguous(self.last_chosen, batch)?;
         if let Some(s) = &batch.snapshot {
             // An older snapshot would claim instances that are already discarded as the start of the log. The

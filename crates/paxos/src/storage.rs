@@ -71,7 +71,7 @@ pub enum StorageError {
 /// - `write(batch, true)` returns only when that batch and every earlier one are durable.
 /// - Batches written with `sync = false` may be lost in a crash, but only as a suffix of the write sequence.
 /// - The chosen log is contiguous; a batch whose chosen entries do not continue it is refused with
-///   [`StorageError::ChosenGap`] and changes nothing (raft-engine bricks itself on a gap, DESIGN §6).
+///   [`StorageError::ChosenGap`] and changes nothing (raft-engine bricks itself on a gap, docs/ARCHITECTURE.md §6).
 /// - Accepted entries at or below the last chosen instance are discarded, never returned by `recover`.
 pub trait Storage {
     fn recover(&mut self) -> Result<RecoveredState, StorageError>;

@@ -1,6 +1,6 @@
 //! The wire between paxsql nodes.
 //!
-//! Each node's binlog server is a Paxos member (DESIGN §1, §6). This crate carries
+//! Each node's binlog server is a Paxos member (docs/ARCHITECTURE.md §1, §6). This crate carries
 //! [`PeerMessage`](paxsql_global_log::PeerMessage)s — Paxos messages and anti-entropy status — between them over
 //! gRPC (tonic, `proto/paxsql.proto`, package `paxsql.v1`). The Paxos core is sans-IO and tolerates lost,
 //! duplicated and reordered messages, so the transport never blocks it: outgoing messages go into a bounded

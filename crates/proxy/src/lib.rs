@@ -1,4 +1,4 @@
-//! The MySQL-protocol proxy of a paxsql node (DESIGN §1, §7).
+//! The MySQL-protocol proxy of a paxsql node (docs/ARCHITECTURE.md §1, §7).
 //!
 //! Applications point an unchanged MySQL/MariaDB driver at a node's read-write port; the proxy forwards each
 //! connection to the mariadbd of the node that holds the master lease now: the server's bytes untouched (greeting,

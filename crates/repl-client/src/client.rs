@@ -23,7 +23,7 @@ pub enum Address {
         host: String,
         port: u16,
     },
-    /// The unix socket (the binlog server runs next to its mariadbd, DESIGN §1).
+    /// The unix socket (the binlog server runs next to its mariadbd, docs/ARCHITECTURE.md §1).
     Unix(PathBuf),
 }
 
@@ -167,7 +167,7 @@ struct AckPosition {
 
 /// Sends semi-sync ACKs for a [`ReplicationClient`] from any task while the client keeps reading.
 ///
-/// `ack` never blocks: it records the position and a writer task sends it (sequence id 0, DESIGN §4). If ACKs
+/// `ack` never blocks: it records the position and a writer task sends it (sequence id 0, docs/ARCHITECTURE.md §4). If ACKs
 /// come faster than the socket takes them, the writer sends only the newest, which covers the older ones
 /// (the master releases every commit at or before the acknowledged position,
 /// `Active_tranx::clear_active_tranx_nodes`). An ACK at or before one already given is ignored.
@@ -390,7 +390,7 @@ impl fmt::Debug for ReplicationClient {
 }
 
 impl ReplicationClient {
-    /// Connects, logs in, sends the statements a MariaDB 10.11 semi-sync replica sends (DESIGN §4) and
+    /// Connects, logs in, sends the statements a MariaDB 10.11 semi-sync replica sends (docs/ARCHITECTURE.md §4) and
     /// starts the dump from `opts.start`. Returns once the master accepted the dump: an unknown start GTID
     /// fails here with [`Error::Server`] code 1236.
     pub async fn connect(opts: ConnectOptions) -> Result<ReplicationClient> {

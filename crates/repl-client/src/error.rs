@@ -11,7 +11,7 @@ use thiserror::Error;
 /// [`Error::IdleTimeout`] and [`Error::ConnectTimeout`] mean "reconnect with
 /// [`ReplicationClient::resume`](crate::ReplicationClient::resume) from the last GTID proposed to Paxos";
 /// [`Error::Server`] with code 1236 means the master's binlog does not hold the requested GTID (a node that
-/// must be rebuilt, DESIGN §5); the decoding errors mean the bytes on the wire are not what MariaDB sends and
+/// must be rebuilt, docs/ARCHITECTURE.md §5); the decoding errors mean the bytes on the wire are not what MariaDB sends and
 /// are bugs to report, never to skip over.
 #[derive(Debug, Error)]
 pub enum Error {

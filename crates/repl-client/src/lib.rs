@@ -1,6 +1,6 @@
 //! MariaDB semi-sync replication client: how paxsql captures writes on the master node.
 //!
-//! Place in the system (DESIGN §3, write path): the master's mariadbd runs semi-sync master with
+//! Place in the system (docs/ARCHITECTURE.md §3, write path): the master's mariadbd runs semi-sync master with
 //! `AFTER_SYNC` and an infinite timeout, so every commit waits for a replica's ACK before InnoDB commits. The
 //! binlog server is that replica: it connects with this crate as a semi-sync replica of its local mariadbd,
 //! streams the binlog from the last GTID of the global log, groups events into transactions
@@ -10,7 +10,7 @@
 //! GTIDs it already holds.
 //!
 //! Why not `mysql_async`'s binlog stream: `mysql_common` panics on the `0xEF` semi-sync header and cannot send
-//! ACKs (DESIGN §8). The framing here is written for this one job, with non-panicking decoders
+//! ACKs (docs/ARCHITECTURE.md §8). The framing here is written for this one job, with non-panicking decoders
 //! (`fuzz/`, `tests/t40_decoders.rs`).
 //!
 //! Run loop:

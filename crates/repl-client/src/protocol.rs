@@ -8,7 +8,7 @@
 //!
 //! Layouts follow MariaDB's `sql/sql_acl.cc` (greeting, login), `sql/protocol.cc` (OK/ERR/EOF, rows),
 //! `sql/sql_repl.cc` (COM_REGISTER_SLAVE, COM_BINLOG_DUMP) and `sql/semisync_master.cc` (semi-sync header and
-//! reply), checked against `shared/evidence/repl-handshake-and-stream.decoded.txt`.
+//! reply), checked against `docs/evidence/replication-protocol.md`.
 
 use sha1::{Digest, Sha1};
 

@@ -1,4 +1,4 @@
-//! Semi-sync against a real master (DESIGN §3 steps 1-4): a commit blocks until OUR ACK, no other session
+//! Semi-sync against a real master (docs/ARCHITECTURE.md §3 steps 1-4): a commit blocks until OUR ACK, no other session
 //! (REPEATABLE READ, READ COMMITTED) sees it before, and it returns and becomes visible after.
 
 mod common;
@@ -28,7 +28,7 @@ async fn commit_waits_for_our_ack_and_is_invisible_until_then() -> anyhow::Resul
     let semi_sync_clients: String = master.query_value("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'")?;
     assert_eq!(semi_sync_clients, "1");
 
-    phase("DDL waits for the ACK too (it is already done in the engine, DESIGN §3)");
+    phase("DDL waits for the ACK too (it is already done in the engine, docs/ARCHITECTURE.md §3)");
     let t1 = commit_with_ack(&master, &mut rx, &ack, "CREATE DATABASE t").await?;
     let t2 =
         commit_with_ack(&master, &mut rx, &ack, "CREATE TABLE t.a (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
@@ -49,7 +49,7 @@ async fn commit_waits_for_our_ack_and_is_invisible_until_then() -> anyhow::Resul
     let mut reader_conn = master.conn().await?;
     assert_eq!(count(&mut reader_conn, "REPEATABLE READ").await?, 0, "REPEATABLE READ saw an un-ACKed row");
     assert_eq!(count(&mut reader_conn, "READ COMMITTED").await?, 0, "READ COMMITTED saw an un-ACKed row");
-    // Known hazard (DESIGN §3, exp1): dirty reads see the waiting row. Asserted so a change in MariaDB shows.
+    // Known hazard (docs/ARCHITECTURE.md §3, docs/evidence/semisync-wait.md): dirty reads see the waiting row. Asserted so a change in MariaDB shows.
     assert_eq!(count(&mut reader_conn, "READ UNCOMMITTED").await?, 1);
     let binlog_pos: String = master.query_value("SELECT @@gtid_binlog_pos")?;
     assert_eq!(binlog_pos, "0-1-3", "gtid_binlog_pos includes the waiting transaction");

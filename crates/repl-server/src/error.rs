@@ -85,7 +85,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// The message MariaDB's dump thread (`sql/sql_repl.cc`, 10.11) sends with ERR 1236 for the same condition;
-    /// the replica shows it in `Last_IO_Error` (evidence: repl-error-1236.decoded.txt).
+    /// the replica shows it in `Last_IO_Error` (docs/evidence/replication-protocol.md).
     pub fn replica_message(&self) -> String {
         match self {
             Error::GtidNotInLog { gtid } => format!(

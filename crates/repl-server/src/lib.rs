@@ -1,6 +1,6 @@
 //! MariaDB replication server: serves paxsql's global log to the local mariadbd of a replica node.
 //!
-//! Place in the system (DESIGN.md §1, §4 "Serve path"): on every node that is not the master, the local
+//! Place in the system (docs/ARCHITECTURE.md §1, §4 "Serve path"): on every node that is not the master, the local
 //! mariadbd is configured `CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=<this server's port>,
 //! MASTER_USE_GTID=slave_pos` and replicates the global log from us. We speak the server side of MariaDB's
 //! replication protocol natively: handshake and `mysql_native_password` login, answers to every setup query a
@@ -9,7 +9,7 @@
 //! after the replica's `@slave_connect_state`. A position we cannot serve exactly — a replica ahead of the log
 //! or diverged from it — gets MariaDB's ERR 1236, never a silent skip.
 //!
-//! Structure (STYLE.md "Seams"): [`Session`] (login and commands) and [`DumpStream`] (the event stream at our
+//! Structure (docs/ARCHITECTURE.md §13, "Pure core, thin shell"): [`Session`] (login and commands) and [`DumpStream`] (the event stream at our
 //! own virtual binlog positions) are pure state machines — bytes in, bytes out, no IO, no clock; the tokio
 //! shell [`ReplicationServer`] only moves bytes, waits, and wires KILL, heartbeats and shutdown.
 //!

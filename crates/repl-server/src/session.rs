@@ -90,7 +90,7 @@ pub struct DumpRequest {
     /// `@master_heartbeat_period` in nanoseconds; `None` if the replica did not set it, `Some(0)` = off.
     pub heartbeat_period_ns: Option<u64>,
     /// The replica set `@rpl_semi_sync_slave=1`: every event packet then carries the `0xEF <flag>` header
-    /// (we never request an ACK: durability comes from Paxos, DESIGN §4).
+    /// (we never request an ACK: durability comes from Paxos, docs/ARCHITECTURE.md §4).
     pub semi_sync: bool,
 }
 

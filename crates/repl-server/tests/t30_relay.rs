@@ -1,7 +1,7 @@
 //! The whole relay against real MariaDB: a semi-sync master (AFTER_SYNC, infinite timeout, wait_no_slave) →
 //! our `ReplicationClient`, which ACKs each assembled transaction only after appending it to a
-//! `MemoryEventSource` (paxsql ACKs only once the global log holds it, DESIGN §3) → our `ReplicationServer`
-//! → a real replica with 4 optimistic parallel applier threads (DESIGN §4).
+//! `MemoryEventSource` (paxsql ACKs only once the global log holds it, docs/ARCHITECTURE.md §3) → our `ReplicationServer`
+//! → a real replica with 4 optimistic parallel applier threads (docs/ARCHITECTURE.md §4).
 //!
 //! Checks: every commit of a concurrent mixed workload (DDL, multi-statement transactions, 17 tables, a 17 MiB
 //! row) returns, released by our ACKs; equal `CHECKSUM TABLE` everywhere and `gtid_slave_pos` =

@@ -7,7 +7,7 @@
 //! wait, or an error before COMMIT was sent, after which the dropped connection rolls the transaction back);
 //! `Unknown` for everything else (timeout or lost connection during an autocommit statement or a COMMIT).
 //! A timed-out connection is dropped, never KILLed: KILL of a session waiting for its semi-sync ACK commits it
-//! without the ACK (DESIGN §3).
+//! without the ACK (docs/ARCHITECTURE.md §3).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
