@@ -108,6 +108,32 @@ fn peers_run_mutual_tls_and_no_member_speaks_for_another() {
         assert!(!plain.is_connected(), "a plaintext peer holds a stream to a TLS peer port");
         assert!(load(&stolen.stats().sent) > 0, "the stolen certificate connects and sends");
     });
+    // A database copy goes only to the member whose certificate asks for itself: neither the operator's
+    // certificate nor one member's asking as another gets one from an aligned replica.
+    let secret_auth =
+        paxsql_peer_transport::ClusterAuth::new(&cluster_id, &ClusterSecret::new(secret.trim())).expect("auth");
+    let operator =
+        TlsConfig { cert: pem("operator.pem".into()), key: pem("operator.key".into()), ca: pem("ca.pem".into()) };
+    let member = TlsConfig {
+        cert: pem(format!("node-{holder}.pem")),
+        key: pem(format!("node-{holder}.key")),
+        ca: pem("ca.pem".into()),
+    };
+    rt.block_on(async {
+        let (host, port) = c.endpoint(target, "peer");
+        for (who, tls, requester) in [("operator", &operator, holder), ("member", &member, forged_from)] {
+            let ep = paxsql_peer_transport::peer_endpoint(Some(tls), Some(target), &format!("{host}:{port}"))
+                .expect("endpoint");
+            let mut admin =
+                paxsql_peer_transport::pb::admin_client::AdminClient::new(ep.connect().await.expect("connect"));
+            let mut req = tonic::Request::new(paxsql_peer_transport::pb::BackupRequest { requester });
+            secret_auth.attach(&mut req);
+            let status =
+                admin.backup(req).await.err().unwrap_or_else(|| panic!("{who} certificate got a database copy"));
+            assert_eq!(status.code(), tonic::Code::PermissionDenied, "{who}: {status:?}");
+        }
+    });
+
     let deadline = Instant::now() + Duration::from_secs(10);
     while forged_on(&c, target) < forged_before + 20.0 {
         assert!(Instant::now() < deadline, "node {target} did not drop the messages forged as node {forged_from}");

@@ -24,6 +24,21 @@ fn isolated_master_stops_committing_and_rejoins_aligned() {
     let stale = c.sql(m1, "INSERT INTO t VALUES (888888, 'isolated')", Duration::from_secs(4));
     assert!(stale.is_err(), "an isolated master acknowledged a write: {stale:?}");
 
+    // The status figure follows the peer links: the isolated node reaches only itself, the others each other.
+    let reach = |id: u64, want: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while c.members_reachable(id) != Some(want) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {id}: members_reachable {:?}, want {want}",
+                c.members_reachable(id)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    reach(m1, 1);
+    reach(all.into_iter().find(|n| *n != m1).expect("another node"), 2);
+
     eprintln!("phase: the majority elects a new master and keeps writing");
     let (m2, _) = c.wait_new_term(term1, Duration::from_secs(30));
     assert_ne!(m2, m1, "the isolated node cannot win a new term");
@@ -37,6 +52,7 @@ fn isolated_master_stops_committing_and_rejoins_aligned() {
     eprintln!("phase: heal; the old master rejoins as a replica with exactly the majority's data");
     c.heal();
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "40", Duration::from_secs(90));
+    reach(m1, 3);
     c.wait_all(&all, "SELECT COUNT(*) FROM t WHERE id IN (888888, 999999)", "0", Duration::from_secs(10));
     let first = c.sql(m2, "CHECKSUM TABLE t", Duration::from_secs(10)).expect("checksum");
     for n in all {

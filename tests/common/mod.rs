@@ -285,6 +285,29 @@ impl Cluster {
     }
 
     /// The tail of every node's log, for failure messages.
+    /// Runs SQL on node `id`'s admin SQL port as the admin account (inside the cluster's namespace, if any).
+    pub fn admin_sql(&self, id: u64, sql: &str) -> Result<String, String> {
+        let (host, port) = self.endpoint(id, "admin_sql");
+        let pw =
+            std::fs::read_to_string(self.dir.path().join("secrets/admin_sql.password")).map_err(|e| e.to_string())?;
+        let out = command(&self.netns, "timeout")
+            .args(["10", "mariadb", "--protocol=tcp", "--skip-ssl", "-upaxsql", "-N", "-B"])
+            .arg(format!("-h{host}"))
+            .arg(format!("-P{port}"))
+            .env("MYSQL_PWD", pw.trim())
+            .arg("-e")
+            .arg(sql)
+            .output()
+            .map_err(|e| e.to_string())?;
+        cli_outcome(out)
+    }
+
+    /// Node `id`'s `members_reachable` as its admin SQL port reports it (itself included).
+    pub fn members_reachable(&self, id: u64) -> Option<u64> {
+        let out = self.admin_sql(id, "SHOW STATUS LIKE 'members_reachable'").ok()?;
+        out.split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// Node `id`'s Prometheus text from `/metrics`.
     pub fn metrics(&self, id: u64) -> String {
         use std::io::{Read, Write};

@@ -29,7 +29,7 @@ pub enum ClusterCommand {
         nodes: u64,
         #[arg(long)]
         dir: PathBuf,
-        /// Node N uses ports base+10*(N-1) .. +5.
+        /// Node N uses ports base+10*(N-1) .. +6 (mariadbd, peer, replication, admin SQL, proxy RW, proxy RO, metrics).
         #[arg(long, default_value_t = 24000)]
         base_port: u16,
         /// Seconds to wait for a master.

@@ -66,6 +66,8 @@ pub struct NodeStatus {
     pub last_gtid: String,
     pub members: Vec<NodeId>,
     pub promised: String,
+    /// Instances this node proposed as leader that are not chosen yet.
+    pub proposals_in_flight: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -297,6 +299,7 @@ impl Driver {
                 .unwrap_or_default(),
             members: st.membership.members.iter().copied().collect(),
             promised: self.node.paxos().promised().to_string(),
+            proposals_in_flight: self.node.paxos().pending().0 as u64,
         };
         self.status.send_if_modified(|s| {
             if *s == status {

@@ -113,6 +113,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
         client.set_peer(m.id, &m.peer.to_string())?;
     }
+    let links = client.peers().map(|p| (p.to(), p.connected_flag())).collect();
 
     // Global log, feeding the served binlog.
     let source = Arc::new(MemoryEventSource::new());
@@ -269,6 +270,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
         members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
         member_mariadb: cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?.to_string()))).collect(),
+        links,
     };
     let status_task = tokio::spawn(publish_status(
         ctx.clone(),
@@ -334,6 +336,15 @@ struct Endpoints {
     proxy_ro: Option<String>,
     members: Vec<(u64, String)>,
     member_mariadb: std::collections::HashMap<u64, String>,
+    /// Whether this node's outgoing stream to each other member is open (the peer transport's own flag).
+    links: std::collections::HashMap<u64, Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Endpoints {
+    /// A member this node reaches: itself, or one its peer link is connected to.
+    fn reachable(&self, me: u64, id: u64) -> bool {
+        id == me || self.links.get(&id).is_some_and(|up| up.load(std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// Where the proxy sends writes, from what this node knows. A stale master must never serve (docs/ARCHITECTURE.md §5): the
@@ -493,7 +504,18 @@ impl Admin for AdminService {
                 role.name()
             )));
         }
-        let rx = donor.start(request.into_inner().requester)?;
+        // With TLS a copy of the database goes only to the member that asks for it, as its certificate proves:
+        // an operator's certificate (status, watch) or another member's cannot fetch one.
+        let requester = request.get_ref().requester;
+        if let Some(who) = paxsql_peer_transport::identity::caller(&request) {
+            if who != paxsql_peer_transport::identity::PeerIdentity::Member(requester) {
+                tracing::warn!(requester, ?who, "refused a database copy: the certificate does not name the requester");
+                return Err(tonic::Status::permission_denied(
+                    "a database copy goes only to the member that asks for it, as its certificate names it",
+                ));
+            }
+        }
+        let rx = donor.start(requester)?;
         Ok(tonic::Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 }
@@ -565,7 +587,7 @@ async fn publish_status(
                 .map(|(id, addr)| paxsql_peer_transport::pb::PeerEndpoint {
                     node_id: *id,
                     address: addr.clone(),
-                    ..Default::default()
+                    connected: *id != st.node_id && endpoints.reachable(st.node_id, *id),
                 })
                 .collect(),
             chosen_up_to: st.applied,
@@ -584,7 +606,11 @@ async fn publish_status(
             applied_gtid: local_gtid.clone(),
             global_last_gtid: st.last_gtid.clone(),
             lag_transactions: lag,
-            paxos: PaxosView { chosen_up_to: st.applied, proposals_in_flight: 0, promised_ballot: st.promised.clone() },
+            paxos: PaxosView {
+                chosen_up_to: st.applied,
+                proposals_in_flight: st.proposals_in_flight,
+                promised_ballot: st.promised.clone(),
+            },
             members: endpoints
                 .members
                 .iter()
@@ -596,7 +622,7 @@ async fn publish_status(
                     proxy_ro: mine(*id, &endpoints.proxy_ro),
                     admin: None,
                     role: Some(if *id == st.master_id { "master" } else { "member" }.to_string()),
-                    reachable: *id == me || st.members.contains(id),
+                    reachable: endpoints.reachable(me, *id),
                 })
                 .collect(),
             master: Some(st.master_id).filter(|m| *m != 0).map(|m| MasterView {

@@ -138,6 +138,11 @@ impl PeerSender {
         self.connected.load(Ordering::Relaxed)
     }
 
+    /// The flag behind [`PeerSender::is_connected`], for a status reader that outlives the borrow.
+    pub fn connected_flag(&self) -> Arc<AtomicBool> {
+        self.connected.clone()
+    }
+
     /// Messages waiting in the queue.
     pub fn queued_len(&self) -> usize {
         self.queue.len()

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
 use crate::convert::open_envelope;
-use crate::identity::{identify, PeerIdentity};
+use crate::identity::{caller, PeerIdentity};
 use crate::pb;
 use crate::{TransportConfig, TransportError};
 
@@ -197,7 +197,7 @@ impl pb::peer_server::Peer for PeerService {
             return Err(status);
         }
         let member = if self.tls {
-            match req.peer_certs().and_then(|certs| certs.first().map(|c| identify(c))) {
+            match caller(&req) {
                 Some(PeerIdentity::Member(id)) => Some(id),
                 _ => {
                     ServerStats::bump(&self.stats.calls_rejected);
