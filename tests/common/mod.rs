@@ -180,14 +180,30 @@ impl Cluster {
     /// Like [`Cluster::sql`], through node `id`'s endpoint `which` ("mariadb", "proxy_rw", "proxy_ro"): always
     /// TCP (never the server's socket) and without TLS, so that a proxy's ERR packet reads plainly.
     pub fn sql_via(&self, id: u64, which: &str, sql: &str, timeout: Duration) -> Result<String, String> {
+        self.tcp_sql(id, which, ("app", &self.password()), Some("app"), sql, timeout)
+    }
+
+    /// `sql` with the `mariadb` client over TCP to node `id`'s endpoint `which`, as `account` (user, password),
+    /// inside the cluster's namespace if it has one (network faults only ever cut Paxos traffic, so clients reach
+    /// every node).
+    fn tcp_sql(
+        &self,
+        id: u64,
+        which: &str,
+        account: (&str, &str),
+        database: Option<&str>,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<String, String> {
         let (host, port) = self.endpoint(id, which);
-        // Network faults only ever cut Paxos (peer port) traffic, so clients reach every node.
         let out = command(&self.netns, "timeout")
             .arg(format!("{}", timeout.as_secs_f64()))
-            .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-uapp", "-N", "-B", "app"])
+            .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-N", "-B"])
+            .arg(format!("-u{}", account.0))
+            .args(database)
             .arg(format!("-h{host}"))
             .arg(format!("-P{port}"))
-            .env("MYSQL_PWD", self.password())
+            .env("MYSQL_PWD", account.1)
             .arg("-e")
             .arg(sql)
             .output()
@@ -287,19 +303,9 @@ impl Cluster {
     /// The tail of every node's log, for failure messages.
     /// Runs SQL on node `id`'s admin SQL port as the admin account (inside the cluster's namespace, if any).
     pub fn admin_sql(&self, id: u64, sql: &str) -> Result<String, String> {
-        let (host, port) = self.endpoint(id, "admin_sql");
         let pw =
             std::fs::read_to_string(self.dir.path().join("secrets/admin_sql.password")).map_err(|e| e.to_string())?;
-        let out = command(&self.netns, "timeout")
-            .args(["10", "mariadb", "--protocol=tcp", "--skip-ssl", "-upaxsql", "-N", "-B"])
-            .arg(format!("-h{host}"))
-            .arg(format!("-P{port}"))
-            .env("MYSQL_PWD", pw.trim())
-            .arg("-e")
-            .arg(sql)
-            .output()
-            .map_err(|e| e.to_string())?;
-        cli_outcome(out)
+        self.tcp_sql(id, "admin_sql", ("paxsql", pw.trim()), None, sql, Duration::from_secs(10))
     }
 
     /// Node `id`'s `members_reachable` as its admin SQL port reports it (itself included).
