@@ -180,11 +180,13 @@ fn probe_rw_ports(c: &Cluster, for_how_long: Duration) -> (usize, Vec<String>, V
 }
 
 #[test]
-fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_or_node_dies_or_freezes() {
-    let c = Cluster::up(3, 27200);
+fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_or_node_dies_freezes_or_is_cut_off() {
+    // In a namespace of its own, so that the master can also be cut off from its peers.
+    let c = Cluster::up_in_netns(3, 27200);
     for (round, fault) in [
         "kill -9 of the master's mariadbd",
         "SIGSTOP of the master's node for 4 s",
+        "partition of the master's node from its peers for 6 s",
         "kill -9 of the master's mariadbd",
         "kill -9 of the master's node",
     ]
@@ -200,6 +202,10 @@ fn no_rw_connection_reaches_a_former_master_after_its_mariadbd_or_node_dies_or_f
                 c.pause_node(m);
                 thread::sleep(Duration::from_secs(4));
                 c.resume_node(m);
+            } else if fault.starts_with("partition") {
+                c.isolate(m, &[1, 2, 3]);
+                thread::sleep(Duration::from_secs(6));
+                c.heal();
             } else if fault.ends_with("node") {
                 c.kill9_node(m);
             } else {
