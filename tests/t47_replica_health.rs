@@ -94,3 +94,45 @@ fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(60));
     checksums_equal(&c, &all);
 }
+
+#[test]
+fn a_dbas_reset_master_and_ddl_on_the_master_leave_no_node_holding_what_the_log_lacks() {
+    let c = Cluster::up(3, 27700);
+    let all = [1, 2, 3];
+    let (m, term) = c.master_term().expect("a master");
+    c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (1, 'log')", T).expect("insert");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "1", Duration::from_secs(30));
+
+    eprintln!("phase: root on master {m}'s socket: RESET MASTER, then a DDL of its own");
+    // Either may fail: the node resigns and SIGKILLs its mariadbd as soon as its capture loses the binlog, and the
+    // DDL may then reach a restarted server (a replica, where root is not bound by read_only).
+    let reset = c.root_sql(m, "RESET MASTER");
+    eprintln!("root's RESET MASTER on the master: {reset:?}");
+    // The DBA reconnects until the server takes the DDL: on the restarted former master, now a replica.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ddl = loop {
+        let ddl = c.root_sql(m, "CREATE VIEW app.v AS SELECT 'not in the log' AS x");
+        if ddl.is_ok() || Instant::now() > deadline {
+            break ddl;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!("root's CREATE VIEW on node {m}: {ddl:?}; its database: {:?}", database(&c, m));
+    let (m2, _) = c.wait_new_term(term, Duration::from_secs(60));
+    eprintln!("new term: master {m2}");
+
+    eprintln!("phase: the log's own CREATE VIEW and rows; every node ends serving exactly the log");
+    c.sql_via(m2, "proxy_rw", "CREATE VIEW v AS SELECT 'from the log' AS x", T).expect("the log's view");
+    c.sql_via(m2, "proxy_rw", "INSERT INTO t VALUES (2, 'log')", T).expect("insert");
+    for &n in &all {
+        wait_database(&c, n, Duration::from_secs(240), "serve again", |s, _| s == "replica" || s == "master");
+    }
+    c.wait_all(&all, "SELECT x FROM v", "from the log", Duration::from_secs(120));
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "2", Duration::from_secs(60));
+    checksums_equal(&c, &all);
+    for &n in &all {
+        let (state, detail) = database(&c, n);
+        assert!(state == "replica" || state == "master", "node {n}: {state}: {detail}");
+    }
+}
