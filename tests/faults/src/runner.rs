@@ -237,6 +237,7 @@ async fn run_schedule_inner(
     let registers: Vec<_> =
         (0..mix.register).map(|i| tokio::spawn(workload::register_client(ctx.clone(), i, seed ^ (200 + i)))).collect();
     let appends: Vec<_> = (0..mix.append).map(|i| tokio::spawn(workload::append_client(ctx.clone(), i))).collect();
+    let probe = tokio::spawn(workload::rw_probe(cluster.app.clone(), cluster.nodes.clone(), stop.clone()));
 
     // The nemesis.
     tokio::time::sleep(schedule.warmup).await;
@@ -282,6 +283,15 @@ async fn run_schedule_inner(
             report.counts.merge(r.counts);
             app_history.extend(r.history);
         }
+    }
+    if let Ok(p) = probe.await {
+        report.info.push(format!(
+            "RW-port probe: {} answers from a master, {} held or refused, {} from a read-only server",
+            p.answers,
+            p.refused,
+            p.violations.len()
+        ));
+        report.problems.extend(p.violations.into_iter().take(10));
     }
     if let Some(e) = nemesis_error {
         return Err(e);

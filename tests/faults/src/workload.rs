@@ -581,3 +581,59 @@ mod tests {
         assert!(bank_violation(1, (None, None, 0)).is_some(), "accounts missing at the end");
     }
 }
+
+/// What the RW-port probe saw.
+#[derive(Debug, Default)]
+pub struct ProbeResult {
+    /// Connections answered by a writable server (a master).
+    pub answers: u64,
+    /// Connections refused or held past the timeout (no master confirmed: allowed).
+    pub refused: u64,
+    /// Connections a RW port handed to a read-only server: a route that outlived its master.
+    pub violations: Vec<String>,
+}
+
+/// A fresh connection through every node's RW port about every 50 ms, each asking whether the server that answers
+/// is writable. A RW port may hold a connection or refuse it while no master is confirmed, never hand it to a
+/// server that does not serve as master (a restarted former master, a replica).
+pub async fn rw_probe(app: AppAccount, nodes: Vec<NodeLayout>, stop: Arc<AtomicBool>) -> ProbeResult {
+    let probes: Vec<_> = nodes
+        .into_iter()
+        .map(|n| {
+            let (app, stop) = (app.clone(), stop.clone());
+            tokio::spawn(async move {
+                let ep = Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port };
+                let mut seen = ProbeResult::default();
+                while !stop.load(Ordering::Relaxed) {
+                    // The proxy holds a connection up to 5 s during an election.
+                    match connect(&app, &ep, Duration::from_secs(7)).await {
+                        Ok(mut c) => {
+                            let row: Result<Option<(u8, u16)>, _> = c.query_first("SELECT @@read_only, @@port").await;
+                            match row {
+                                Ok(Some((0, _))) => seen.answers += 1,
+                                Ok(Some((_, port))) => seen.violations.push(format!(
+                                    "RW port of node {} handed a connection to a read-only server (mariadbd port {port})",
+                                    n.id
+                                )),
+                                _ => seen.refused += 1,
+                            }
+                            let _ = c.disconnect().await;
+                        }
+                        Err(_) => seen.refused += 1,
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut all = ProbeResult::default();
+    for p in probes {
+        if let Ok(seen) = p.await {
+            all.answers += seen.answers;
+            all.refused += seen.refused;
+            all.violations.extend(seen.violations);
+        }
+    }
+    all
+}
