@@ -103,7 +103,10 @@ fn a_node_whose_data_diverged_is_rebuilt_from_a_healthy_member() {
     c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
     c.wait_all(&[r], "SELECT COUNT(*) FROM t", "0", Duration::from_secs(20));
 
-    eprintln!("phase: a privileged account writes on replica {r} (read_only does not stop it): its GTIDs diverge");
+    // A running replica's node would catch the write at once (t47); here its node is frozen (its mariadbd dies with
+    // it when it is killed: PR_SET_PDEATHSIG), and the write must be found by the alignment check of the restart.
+    eprintln!("phase: replica {r}'s node is frozen; a privileged account writes on its mariadbd: its GTIDs diverge");
+    c.pause_node(r);
     let dir = c.node_dir(r);
     let admin_pw = std::fs::read_to_string(c.dir.path().join("secrets/admin.password")).expect("admin password");
     let out = std::process::Command::new("mariadb")
@@ -300,4 +303,43 @@ fn a_replica_killed_while_applying_ddl_rejoins_holding_exactly_the_global_log() 
         log.matches("rebuild complete").count(),
         log.matches("replication continues from the binlog position").count()
     );
+}
+
+#[test]
+fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction() {
+    let c = Cluster::up(3, 27800);
+    let all = [1, 2, 3];
+    let m = c.master().expect("a master");
+    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    assert_eq!(insert(&c, m, 0..3).len(), 3);
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "3", Duration::from_secs(30));
+
+    eprintln!("phase: every node restarted with a snapshot every 10 instances (lease renewals fill the log)");
+    let stop_all = || {
+        for id in all {
+            c.kill9_node(id);
+            c.kill9_mariadbd(id);
+        }
+    };
+    stop_all();
+    for id in all {
+        let toml = c.node_dir(id).join("node.toml");
+        let text = std::fs::read_to_string(&toml).expect("node.toml");
+        std::fs::write(&toml, format!("{text}\n[timing]\nsnapshot_every = 10\n")).expect("node.toml");
+        c.restart_node(id);
+    }
+    let m = c.wait_master(None, Duration::from_secs(60));
+    assert_eq!(insert(&c, m, 3..4).len(), 1);
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(30));
+
+    eprintln!("phase: idle until the log has been compacted past the last transaction, then all nodes restart");
+    std::thread::sleep(Duration::from_secs(20));
+    stop_all();
+    for id in all {
+        c.restart_node(id);
+    }
+    let m = c.wait_master(None, Duration::from_secs(60));
+    assert_eq!(insert(&c, m, 4..6).len(), 2, "the restarted cluster takes writes");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "6", Duration::from_secs(60));
+    checksums_equal(&c, &all);
 }

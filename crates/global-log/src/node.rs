@@ -157,12 +157,13 @@ impl GlobalLogNode {
 
     /// A member restarting from its storage (see [`PaxosNode::restore`]).
     pub fn restore(cfg: GlobalLogConfig, recovered: RecoveredState, chosen: Vec<(Instance, Value)>, now: u64) -> Self {
-        let mut state = recovered
-            .snapshot
-            .as_ref()
-            .and_then(|s| ReplicatedState::decode_snapshot(&s.data, s.membership.clone()))
-            .unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
+        let snapshot =
+            recovered.snapshot.as_ref().and_then(|s| ReplicatedState::decode_snapshot(&s.data, s.membership.clone()));
         let mut replayed = Vec::new();
+        if let Some(st) = &snapshot {
+            replayed.push(Applied::Restored { instance: st.applied, last_gtid: st.last_gtid });
+        }
+        let mut state = snapshot.unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
         for (i, v) in &chosen {
             if *i == state.applied + 1 {
                 state.apply(*i, v, &mut replayed);

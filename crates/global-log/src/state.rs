@@ -45,11 +45,40 @@ pub enum RejectReason {
 /// One effect of applying the log, in log order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Applied {
-    MasterChanged { instance: Instance, master_version: u64, master: NodeId, proposed_at_ms: u64 },
-    LeaseRenewed { instance: Instance, master_version: u64, proposed_at_ms: u64 },
-    BinlogAppended { instance: Instance, master_version: u64, gtid_first: LastGtid, last_seq: u64, events: Vec<u8> },
-    MembershipChanged { instance: Instance, membership: Membership },
-    Rejected { instance: Instance, kind: &'static str, master_version: u64, reason: RejectReason },
+    /// At a restart from a snapshot, before the retained log is replayed: every instance up to `instance` is covered
+    /// by the snapshot, its transactions' bytes compacted away; `last_gtid` is the last of them.
+    Restored {
+        instance: Instance,
+        last_gtid: Option<LastGtid>,
+    },
+    MasterChanged {
+        instance: Instance,
+        master_version: u64,
+        master: NodeId,
+        proposed_at_ms: u64,
+    },
+    LeaseRenewed {
+        instance: Instance,
+        master_version: u64,
+        proposed_at_ms: u64,
+    },
+    BinlogAppended {
+        instance: Instance,
+        master_version: u64,
+        gtid_first: LastGtid,
+        last_seq: u64,
+        events: Vec<u8>,
+    },
+    MembershipChanged {
+        instance: Instance,
+        membership: Membership,
+    },
+    Rejected {
+        instance: Instance,
+        kind: &'static str,
+        master_version: u64,
+        reason: RejectReason,
+    },
 }
 
 impl ReplicatedState {

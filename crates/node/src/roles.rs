@@ -24,6 +24,17 @@ use crate::rebuild::{self, Donors, RebuildProgress};
 /// Feeds the global binlog that replicas are served from; called by the driver for every applied effect.
 pub fn feed_global_binlog(source: Arc<MemoryEventSource>) -> impl FnMut(&Applied) + Send {
     move |effect| {
+        if let Applied::Restored { last_gtid: Some(g), instance } = effect {
+            // Restarted from a snapshot: the transactions it covers are gone from the log, but a replica standing at
+            // its last one is aligned and continues from the first held transaction.
+            let base = Gtid::new(g.domain_id, g.server_id, g.seq_no);
+            match source.set_base(base) {
+                Ok(()) => {
+                    tracing::info!(%base, instance, "served binlog continues after the snapshot's last transaction")
+                }
+                Err(e) => tracing::error!(%base, error = %e, "cannot start the served binlog after the snapshot"),
+            }
+        }
         if let Applied::BinlogAppended { events, gtid_first, .. } = effect {
             match split_events(events) {
                 Some(events) => {
@@ -486,7 +497,11 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     let local = db.query_string("SELECT @@GLOBAL.gtid_binlog_pos").await?;
     let position: GtidSet = local.parse().unwrap_or_default();
     if let Err(e) = ctx.global_binlog.locate(&position) {
-        let diverged = matches!(e, paxsql_repl_server::Error::ReplicaDiverged { .. });
+        // Diverged, or behind the start of a compacted log: either way only a copy of a member's data helps.
+        let diverged = matches!(
+            e,
+            paxsql_repl_server::Error::ReplicaDiverged { .. } | paxsql_repl_server::Error::GtidPurged { .. }
+        );
         return Err(MariaDbError::NotAligned { local, reason: e.to_string(), diverged });
     }
     let applied = db.query_string("SELECT @@GLOBAL.gtid_slave_pos").await?;

@@ -98,6 +98,9 @@ pub trait EventSource: Send + Sync + 'static {
 #[derive(Debug)]
 pub struct MemoryEventSource {
     log: Mutex<Vec<Arc<Transaction>>>,
+    /// The last transaction before the first one held, when the log was compacted: the history up to it is covered
+    /// (a replica standing exactly there continues with the first held transaction), its bytes are gone.
+    base: std::sync::OnceLock<Gtid>,
     /// Number of transactions in `log`; dumps waiting for more subscribe to it.
     len_tx: watch::Sender<u64>,
 }
@@ -110,16 +113,30 @@ impl Default for MemoryEventSource {
 
 impl MemoryEventSource {
     pub fn new() -> MemoryEventSource {
-        MemoryEventSource { log: Mutex::new(Vec::new()), len_tx: watch::channel(0).0 }
+        MemoryEventSource { log: Mutex::new(Vec::new()), base: std::sync::OnceLock::new(), len_tx: watch::channel(0).0 }
+    }
+
+    /// Declares the log compacted: history up to and including `gtid` is covered, and held transactions follow it.
+    /// Set once, before the first append (at a restart from a snapshot); a second call is refused.
+    pub fn set_base(&self, gtid: Gtid) -> Result<()> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        if !log.is_empty() {
+            return Err(Error::GtidOutOfOrder { have: log[0].gtid, got: gtid });
+        }
+        self.base
+            .set(gtid)
+            .map_err(|_| Error::GtidOutOfOrder { have: self.base.get().copied().unwrap_or(gtid), got: gtid })
     }
 
     /// Appends one transaction. Its seq_no must be higher than the last one of its domain (gtid_strict_mode).
     pub fn append(&self, trx: Transaction) -> Result<()> {
         let len = {
             let mut log = self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(last) = log.iter().rev().find(|t| t.gtid.domain_id == trx.gtid.domain_id) {
-                if last.gtid.seq_no >= trx.gtid.seq_no {
-                    return Err(Error::GtidOutOfOrder { have: last.gtid, got: trx.gtid });
+            let last =
+                log.iter().rev().map(|t| &t.gtid).chain(self.base.get()).find(|g| g.domain_id == trx.gtid.domain_id);
+            if let Some(last) = last {
+                if last.seq_no >= trx.gtid.seq_no {
+                    return Err(Error::GtidOutOfOrder { have: *last, got: trx.gtid });
                 }
             }
             log.push(Arc::new(trx));
@@ -135,6 +152,9 @@ impl MemoryEventSource {
     pub fn holds(&self, state: &GtidSet) -> bool {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         state.iter().all(|want| {
+            if self.base.get() == Some(want) {
+                return true;
+            }
             for t in log.iter().rev() {
                 if t.gtid == *want {
                     return true;
@@ -167,18 +187,26 @@ impl MemoryEventSource {
     /// The position after the whole log (last GTID per domain), like `@@gtid_binlog_pos`.
     pub fn gtid_pos(&self) -> GtidSet {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        GtidSet::from_state(log.iter().map(|t| t.gtid))
+        GtidSet::from_state(self.base.get().copied().into_iter().chain(log.iter().map(|t| t.gtid)))
     }
 }
 
 impl EventSource for MemoryEventSource {
     fn locate(&self, state: &GtidSet) -> Result<Cursor> {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let base = self.base.get();
         for want in state {
-            if log.iter().any(|t| t.gtid == *want) {
+            if log.iter().any(|t| t.gtid == *want) || base == Some(want) {
                 continue;
             }
-            let higher = log.iter().any(|t| t.gtid.domain_id == want.domain_id && t.gtid.seq_no > want.seq_no);
+            if base.is_some_and(|b| b.domain_id == want.domain_id && b.seq_no > want.seq_no) {
+                // Behind the compacted start: what follows it is gone from this log (a rebuild provisions past it).
+                return Err(Error::GtidPurged { gtid: *want });
+            }
+            // The base counts as a higher (or equal, other) transaction: a replica at its sequence number but not at
+            // it wrote its own.
+            let higher = log.iter().any(|t| t.gtid.domain_id == want.domain_id && t.gtid.seq_no > want.seq_no)
+                || base.is_some_and(|b| b.domain_id == want.domain_id && b.seq_no >= want.seq_no);
             return Err(if higher {
                 Error::ReplicaDiverged { gtid: *want }
             } else {
@@ -278,5 +306,24 @@ mod tests {
         assert!(!log.holds(&pos("0-1100001-51")));
         assert!(!log.holds(&pos("1-1100001-3")));
         assert!(!log.holds(&pos("0-1100001-50,1-2-1")));
+    }
+
+    #[test]
+    fn a_compacted_log_serves_from_its_base_and_sends_older_positions_to_a_rebuild() {
+        let log = MemoryEventSource::new();
+        log.set_base(Gtid::new(0, 1_100_002, 5)).unwrap();
+        let pos = |s: &str| s.parse::<GtidSet>().unwrap();
+        // Idle since the compaction: nothing held, the base alone.
+        assert_eq!(log.locate(&pos("0-1100002-5")).unwrap().index, 0);
+        assert!(log.holds(&pos("0-1100002-5")));
+        assert_eq!(log.gtid_pos(), pos("0-1100002-5"));
+        assert!(matches!(log.locate(&pos("0-1100002-4")), Err(Error::GtidPurged { .. })));
+        assert!(matches!(log.locate(&pos("0-2-5")), Err(Error::ReplicaDiverged { .. })));
+        assert!(matches!(log.locate(&pos("0-1100002-6")), Err(Error::GtidNotInLog { .. })));
+        assert!(log.append(Transaction { gtid: Gtid::new(0, 1_100_003, 5), events: Vec::new() }).is_err());
+        log.append(Transaction { gtid: Gtid::new(0, 1_100_003, 6), events: Vec::new() }).unwrap();
+        assert_eq!(log.locate(&pos("0-1100002-5")).unwrap().index, 0);
+        assert_eq!(log.locate(&pos("0-1100003-6")).unwrap().index, 1);
+        assert!(log.set_base(Gtid::new(0, 1, 1)).is_err(), "the base is set once, before any append");
     }
 }
