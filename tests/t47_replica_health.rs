@@ -136,3 +136,57 @@ fn a_dbas_reset_master_and_ddl_on_the_master_leave_no_node_holding_what_the_log_
         assert!(state == "replica" || state == "master", "node {n}: {state}: {detail}");
     }
 }
+
+/// What each statement a DBA may run on the master's own socket (outside every proxy, where they are refused) does
+/// to the cluster: measured, printed, and in every case the cluster must end serving with every node holding
+/// exactly the log.
+#[test]
+fn dba_statements_on_the_masters_socket_leave_every_node_holding_exactly_the_log() {
+    let c = Cluster::up(3, 27900);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
+    let mut next_id = 0u64;
+    for statement in [
+        "FLUSH BINARY LOGS",
+        "PURGE BINARY LOGS BEFORE NOW()",
+        "KILL <the capture's Binlog Dump thread>",
+        "INSTALL SONAME 'ha_blackhole'",
+    ] {
+        c.wait_master(None, Duration::from_secs(30));
+        let (m, term) = c.master_term().expect("a master");
+        let sql = if statement.starts_with("KILL") {
+            let id = c
+                .root_sql(m, "SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' LIMIT 1")
+                .expect("the capture's dump thread");
+            format!("KILL {id}")
+        } else {
+            statement.to_string()
+        };
+        let outcome = c.root_sql(m, &sql);
+        let started = Instant::now();
+        // The application goes on writing through another node's RW port.
+        let via = all.into_iter().find(|n| *n != m).expect("another node");
+        let mut written = None;
+        while started.elapsed() < Duration::from_secs(30) {
+            next_id += 1;
+            if c.sql_via(via, "proxy_rw", &format!("INSERT INTO t VALUES ({next_id}, 'after')"), T).is_ok() {
+                written = Some(started.elapsed());
+                break;
+            }
+        }
+        let after = c.master_term();
+        eprintln!(
+            "{sql} on master {m}'s socket: {outcome:?}; next write acknowledged after {written:?}; master/term before \
+             {:?}, after {after:?}",
+            (m, term)
+        );
+        assert!(written.is_some(), "{sql}: no write acknowledged within 30 s");
+        let rows = c.sql_via(via, "proxy_rw", "SELECT COUNT(*) FROM t", T).expect("count");
+        for &n in &all {
+            wait_database(&c, n, Duration::from_secs(180), "serve again", |s, _| s == "replica" || s == "master");
+        }
+        c.wait_all(&all, "SELECT COUNT(*) FROM t", &rows, Duration::from_secs(60));
+        checksums_equal(&c, &all);
+    }
+}
