@@ -7,7 +7,7 @@
 # Usage: bench/sysbench/run.sh [--short] [--systems "standalone semisync paxsql"]
 #   --short        ~8 s per run, 4 test/thread combos, small tables: under 5 minutes in all
 # Environment:
-#   BASE_PORT=35000          standalone: BASE; semi-sync: BASE+10, +20, +30; paxsql: `cluster up --base-port BASE+100`
+#   BASE_PORT=28000          standalone: BASE; semi-sync: BASE+10, +20, +30; paxsql: `cluster up --base-port BASE+100`
 #   PAXSQL_ENDPOINT=mariadb  where sysbench connects on paxsql: `mariadb` = the master's mariadbd, `proxy` = the
 #                            master node's proxy RW port (+4), or a port number
 #   LAG_RATE=500             the second lag run offers this many TPS to every system (same load, comparable lag)
@@ -27,7 +27,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-BASE=${BASE_PORT:-35000}
+# Below 32768, the ephemeral range (paxsql's nodes use BASE+100 .. BASE+126).
+BASE=${BASE_PORT:-28000}
 PAXSQL_ENDPOINT=${PAXSQL_ENDPOINT:-mariadb}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-$HERE/results/$STAMP-$MODE}
