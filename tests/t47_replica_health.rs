@@ -190,3 +190,41 @@ fn dba_statements_on_the_masters_socket_leave_every_node_holding_exactly_the_log
         checksums_equal(&c, &all);
     }
 }
+
+#[test]
+fn the_read_only_port_refuses_accounts_that_read_only_does_not_bind() {
+    let c = Cluster::up(3, 28200);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    let r = all.into_iter().find(|n| *n != m).expect("a replica");
+    c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
+    // Created on the master, so through the log on every node: a DBA with every privilege, and a user holding
+    // them only through a role (`SET DEFAULT ROLE`).
+    c.root_sql(
+        m,
+        "CREATE USER 'dba'@'%' IDENTIFIED BY 'dba-pw-123'; GRANT ALL PRIVILEGES ON *.* TO 'dba'@'%'; \
+         CREATE ROLE admin_role; GRANT ALL PRIVILEGES ON *.* TO admin_role; \
+         CREATE USER 'ops'@'%' IDENTIFIED BY 'ops-pw-123'; GRANT admin_role TO 'ops'@'%'; \
+         SET DEFAULT ROLE admin_role FOR 'ops'@'%'",
+    )
+    .expect("accounts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.root_sql(r, "SELECT COUNT(*) FROM mysql.user WHERE User IN ('dba', 'ops')").as_deref() != Ok("2") {
+        assert!(Instant::now() < deadline, "the accounts did not reach replica {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The node reads the privileged accounts every second.
+    std::thread::sleep(Duration::from_secs(2));
+
+    for account in [("dba", "dba-pw-123"), ("ops", "ops-pw-123")] {
+        let ro = c.sql_as(r, "proxy_ro", account, "INSERT INTO app.t VALUES (7, 'written on a replica')");
+        eprintln!("{} through replica {r}'s RO port: {ro:?}", account.0);
+        let err = ro.expect_err("a privileged account logged in through the RO port");
+        assert!(err.contains("1227") && err.contains("READ ONLY ADMIN"), "{err}");
+        // Through the RW port it reaches the master and writes into the log.
+        c.sql_as(r, "proxy_rw", account, "SELECT 1").expect("privileged account through the RW port");
+    }
+    assert_eq!(c.sql_via(r, "proxy_ro", "SELECT COUNT(*) FROM t", T).as_deref(), Ok("0"), "the app reads on RO");
+    let (state, _) = database(&c, r);
+    assert_eq!(state, "replica", "nothing was written on the replica");
+}

@@ -183,6 +183,11 @@ impl Cluster {
         self.tcp_sql(id, which, ("app", &self.password()), Some("app"), sql, timeout)
     }
 
+    /// [`Cluster::sql_via`] as another account (user, password), with no default database.
+    pub fn sql_as(&self, id: u64, which: &str, account: (&str, &str), sql: &str) -> Result<String, String> {
+        self.tcp_sql(id, which, account, None, sql, Duration::from_secs(10))
+    }
+
     /// `sql` with the `mariadb` client over TCP to node `id`'s endpoint `which`, as `account` (user, password),
     /// inside the cluster's namespace if it has one (network faults only ever cut Paxos traffic, so clients reach
     /// every node).

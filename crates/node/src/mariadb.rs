@@ -213,10 +213,53 @@ impl LocalMariaDb {
         })
     }
 
+    /// User names of the accounts that hold READ ONLY ADMIN, directly or through roles granted to them (any host
+    /// part: the proxy knows the name a client logs in with, not which host entry will match).
+    pub async fn privileged_users(&self) -> Result<std::collections::BTreeSet<String>, MariaDbError> {
+        let sql_err = |sql: &str| {
+            let sql = sql.to_string();
+            move |source| MariaDbError::Sql { sql, source }
+        };
+        // Users through the documented view; roles are not in it, so also `mysql.global_priv`, where READ ONLY
+        // ADMIN is bit 33 of `access` (measured on 10.11.19: a role granted only READ ONLY ADMIN has access
+        // 8589934592). `t47_replica_health` fails if either stops naming a privileged account.
+        const GRANTEES: &str = "SELECT GRANTEE FROM information_schema.USER_PRIVILEGES \
+                                WHERE PRIVILEGE_TYPE = 'READ_ONLY ADMIN' \
+                                UNION SELECT QUOTE(User) FROM mysql.global_priv \
+                                WHERE CAST(JSON_VALUE(Priv, '$.access') AS UNSIGNED) & 8589934592 <> 0";
+        const ROLES: &str = "SELECT User, Role FROM mysql.roles_mapping";
+        let mut c = self.conn().await.map_err(sql_err("connect"))?;
+        let grantees: Vec<String> = c.query(GRANTEES).await.map_err(sql_err(GRANTEES))?;
+        let roles: Vec<(String, String)> = c.query(ROLES).await.map_err(sql_err(ROLES))?;
+        let _ = c.disconnect().await;
+        Ok(privileged_closure(&grantees, &roles))
+    }
+
     /// `MASTER_GTID_WAIT`: true once the local server has applied `gtid`, false on timeout.
     pub async fn wait_applied(&self, gtid: &str, timeout: Duration) -> Result<bool, MariaDbError> {
         let sql = format!("SELECT CAST(MASTER_GTID_WAIT('{}', {}) AS CHAR)", gtid, timeout.as_secs_f64());
         Ok(self.query_string(&sql).await? == "0")
+    }
+}
+
+/// The names of `grantees` (`'name'@'host'`, or a role's `'name'`), and of every user a role among them is granted
+/// to, through any chain of roles.
+fn privileged_closure(grantees: &[String], roles: &[(String, String)]) -> std::collections::BTreeSet<String> {
+    let name = |grantee: &str| -> Option<String> {
+        let rest = grantee.strip_prefix('\'')?;
+        Some(rest[..rest.find('\'')?].to_string())
+    };
+    let mut names: std::collections::BTreeSet<String> = grantees.iter().filter_map(|g| name(g)).collect();
+    loop {
+        let before = names.len();
+        for (user, role) in roles {
+            if names.contains(role) {
+                names.insert(user.clone());
+            }
+        }
+        if names.len() == before {
+            return names;
+        }
     }
 }
 
@@ -301,5 +344,20 @@ mod redact_tests {
         );
         assert_eq!(redact("SELECT 1"), "SELECT 1");
         assert_eq!(redact("master_password='unterminated"), "master_password='<redacted>'");
+    }
+}
+
+#[cfg(test)]
+mod privileged_tests {
+    use super::privileged_closure;
+
+    #[test]
+    fn roles_pass_the_privilege_on_through_any_chain() {
+        let grantees = vec!["'root'@'localhost'".to_string(), "'dba_role'@''".to_string(), "'odd".to_string()];
+        let roles = [("ops", "junior_role"), ("junior_role", "dba_role"), ("app", "reader_role")]
+            .map(|(u, r)| (u.to_string(), r.to_string()));
+        let names = privileged_closure(&grantees, &roles);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(names, ["dba_role", "junior_role", "ops", "root"]);
     }
 }

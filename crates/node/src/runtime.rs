@@ -197,7 +197,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         let proxy = Proxy::bind(pcfg, route_rx)
             .await?
             .with_master_check(check)
-            .with_local_server(local_server(local_role.clone()));
+            .with_local_server(local_server(local_role.clone()))
+            .with_privileged_accounts(privileged_accounts(ctx.clone(), shutdown.clone()));
         tracing::info!(rw = ?proxy.rw_addr(), ro = ?proxy.ro_addr(), "proxy listening");
         proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
@@ -419,6 +420,37 @@ fn local_server(mut role: watch::Receiver<LocalRole>) -> watch::Receiver<LocalSe
         while role.changed().await.is_ok() {
             let next = view(&role.borrow_and_update());
             tx.send_if_modified(|s| std::mem::replace(s, next.clone()) != next);
+        }
+    });
+    rx
+}
+
+/// The accounts the RO port refuses, read from the local server every second while it runs (a GRANT reaches a
+/// replica through the log like any other statement). Until the first read the list is empty.
+fn privileged_accounts(ctx: Arc<RoleContext>, mut shutdown: watch::Receiver<bool>) -> paxsql_proxy::PrivilegedAccounts {
+    let (tx, rx) = watch::channel(Arc::new(std::collections::BTreeSet::new()));
+    tokio::spawn(async move {
+        loop {
+            let serving = matches!(*ctx.local.borrow(), LocalRole::Replica | LocalRole::Master(_));
+            if serving {
+                match ctx.mariadb.lock().await.privileged_users().await {
+                    Ok(names) => {
+                        tx.send_if_modified(|cur| {
+                            let changed = **cur != names;
+                            if changed {
+                                tracing::info!(accounts = ?names, "accounts the read-only port refuses (READ ONLY ADMIN)");
+                                *cur = Arc::new(names);
+                            }
+                            changed
+                        });
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot read the privileged accounts"),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => return,
+            }
         }
     });
     rx

@@ -1,5 +1,6 @@
 //! Moving bytes between a client and its backend once the connection is set up.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,11 +30,14 @@ pub(crate) struct Forwarded {
 ///
 /// The server's bytes go to the client untouched (`mode`). The client's go through [`filter_client`], packet by
 /// packet, so that no command can interrupt a commit waiting for its majority.
+/// `refused_users`: user names whose login is answered with an error instead of being sent on (the RO port's
+/// privileged accounts).
 pub(crate) async fn forward(
     client: &mut TcpStream,
     server: &mut TcpStream,
     mode: ForwardMode,
     stats: &ProxyStats,
+    refused_users: Option<&BTreeSet<String>>,
 ) -> Forwarded {
     let (mut server_rd, mut client_wr) = match (duplicate(server), duplicate(client)) {
         (Ok(s), Ok(c)) => (s, c),
@@ -52,7 +56,7 @@ pub(crate) async fn forward(
     };
     let c2s = async {
         let mut moved = 0u64;
-        filter_client(client, server, stats, &mut moved).await?;
+        filter_client(client, server, stats, refused_users, &mut moved).await?;
         server.shutdown().await?;
         Ok::<_, io::Error>(moved)
     };
@@ -97,6 +101,7 @@ const JUDGED_WHOLE_MAX: usize = PAYLOAD_MAX - 1;
 const COM_QUERY: u8 = 0x03;
 const COM_PROCESS_KILL: u8 = 0x0c;
 const COM_STMT_PREPARE: u8 = 0x16;
+const COM_CHANGE_USER: u8 = 0x11;
 /// `COM_MULTI` (MariaDB 10.2–10.5): carries other commands inside; refused so none can slip past.
 const COM_MULTI: u8 = 0xfe;
 const CLIENT_COMPRESS: u32 = 0x20;
@@ -122,6 +127,7 @@ async fn filter_client(
     client: &mut TcpStream,
     server: &mut TcpStream,
     stats: &ProxyStats,
+    refused_users: Option<&BTreeSet<String>>,
     moved: &mut u64,
 ) -> io::Result<()> {
     let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut *client);
@@ -180,6 +186,17 @@ async fn filter_client(
                 stats.command_refused();
                 return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("client asked for {what}")));
             }
+            if let Some(user) = handshake_user(&payload).filter(|u| refused_users.is_some_and(|r| r.contains(*u))) {
+                let message = format!(
+                    "paxsql: account {user:?} holds READ ONLY ADMIN, which read_only does not bind: on this replica it \
+                     could write what the cluster's log does not hold. Read through the read-write port"
+                );
+                let err = ErrPacket { code: ER_SPECIFIC_ACCESS_DENIED, sql_state: *b"42000", message };
+                reader.get_mut().write_all(&err.encode(seq.wrapping_add(1))).await?;
+                stats.command_refused();
+                info!(user, "privileged login refused on the read-only port");
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "privileged account on the RO port"));
+            }
             phase = ClientPhase::Commands;
             *moved += write_packet(server, &mut out, seq, &payload).await?;
             continue;
@@ -211,6 +228,13 @@ async fn filter_client(
                     None => Some(signal("paxsql: malformed COM_PROCESS_KILL")),
                 }
             }
+            // A privileged account's login refused at the handshake must not come in through a change of user.
+            COM_CHANGE_USER
+                if handshake_user_of_change(&payload).is_some_and(|u| refused_users.is_some_and(|r| r.contains(u))) =>
+            {
+                stats.command_refused();
+                Some(signal("paxsql: a change to an account holding READ ONLY ADMIN is refused on the read-only port"))
+            }
             COM_MULTI => {
                 stats.command_refused();
                 Some(signal("paxsql: COM_MULTI is not accepted through the proxy"))
@@ -220,6 +244,24 @@ async fn filter_client(
         let sent = replacement.as_deref().unwrap_or(&payload);
         *moved += write_packet(server, &mut out, seq, sent).await?;
     }
+}
+
+/// MariaDB's `ER_SPECIFIC_ACCESS_DENIED_ERROR`.
+const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
+
+/// The user name of a `HandshakeResponse41` payload (capabilities, max packet, charset, 23 filler bytes, then the
+/// NUL-terminated name); `None` when the payload is too short or the name does not end.
+fn handshake_user(payload: &[u8]) -> Option<&str> {
+    let rest = payload.get(32..)?;
+    let end = rest.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
+}
+
+/// The user name of a `COM_CHANGE_USER` payload (the command byte, then the NUL-terminated name).
+fn handshake_user_of_change(payload: &[u8]) -> Option<&str> {
+    let rest = payload.get(1..)?;
+    let end = rest.iter().position(|b| *b == 0)?;
+    std::str::from_utf8(&rest[..end]).ok()
 }
 
 /// `SIGNAL` makes MariaDB answer with our message as an ordinary error (SQLSTATE 42000, ER_NOT_SUPPORTED_YET).

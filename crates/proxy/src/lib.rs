@@ -52,5 +52,5 @@ pub mod wire;
 pub use config::{ForwardMode, ProxyConfig};
 pub use error::ProxyError;
 pub use route::{LocalServer, Route};
-pub use server::{MasterCheck, Proxy};
+pub use server::{MasterCheck, PrivilegedAccounts, Proxy};
 pub use stats::{ProxyStats, ProxyStatsSnapshot};

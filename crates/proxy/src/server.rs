@@ -40,6 +40,7 @@ pub struct Proxy {
     stats: Arc<ProxyStats>,
     master_check: Option<MasterCheck>,
     local: Option<watch::Receiver<LocalServer>>,
+    privileged: Option<PrivilegedAccounts>,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -63,6 +64,11 @@ impl Port {
     }
 }
 
+/// User names of the accounts `read_only` does not bind (READ ONLY ADMIN, directly or through a role), as the
+/// local server lists them. The RO port refuses their logins: on a replica they could write what the global log
+/// does not hold.
+pub type PrivilegedAccounts = watch::Receiver<Arc<std::collections::BTreeSet<String>>>;
+
 /// What every connection task shares.
 struct Shared {
     cfg: ProxyConfig,
@@ -70,6 +76,7 @@ struct Shared {
     routes: watch::Receiver<Route>,
     master_check: Option<MasterCheck>,
     local: Option<watch::Receiver<LocalServer>>,
+    privileged: Option<PrivilegedAccounts>,
     shutdown: watch::Receiver<bool>,
     /// One permit per open connection; `run` takes them all back to know every task is gone.
     slots: Arc<Semaphore>,
@@ -88,13 +95,19 @@ impl Proxy {
             Some(addr) => Some(listen(addr).await?),
             None => None,
         };
-        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default(), master_check: None, local: None })
+        Ok(Proxy { cfg, rw, ro, routes, stats: Arc::default(), master_check: None, local: None, privileged: None })
     }
 
     /// Makes the RO port serve only while `local` says the local mariadbd is aligned with the global log; its
     /// connections are cut when that stops. Without it the RO port always forwards.
     pub fn with_local_server(mut self, local: watch::Receiver<LocalServer>) -> Proxy {
         self.local = Some(local);
+        self
+    }
+
+    /// Makes the RO port refuse logins of the accounts in `privileged` (see [`PrivilegedAccounts`]).
+    pub fn with_privileged_accounts(mut self, privileged: PrivilegedAccounts) -> Proxy {
+        self.privileged = Some(privileged);
         self
     }
 
@@ -129,6 +142,7 @@ impl Proxy {
             routes: self.routes,
             master_check: self.master_check,
             local: self.local,
+            privileged: self.privileged,
             shutdown: shutdown.clone(),
             slots: Arc::new(Semaphore::new(max)),
             next_conn_id: AtomicU64::new(1),
@@ -330,7 +344,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
         return;
     }
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats) => Some(done),
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, None) => Some(done),
         why = moved_away => {
             shared.stats.cut_on_master_change();
             info!(node_id, master_version, why, "cutting connection to a former master");
@@ -372,6 +386,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         }
     };
     // The read-only port reaches the master's own mariadbd on the master's node: it filters commands too.
+    let refused = shared.privileged.as_ref().map(|p| p.borrow().clone());
     if client.write_all(&greeting).await.is_err() {
         return;
     }
@@ -384,7 +399,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         }
     };
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats) => Some(done),
+        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, refused.as_deref()) => Some(done),
         _ = no_longer_aligned => {
             info!("cutting a read-only connection: the local server is no longer aligned");
             None
