@@ -342,4 +342,25 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
     assert_eq!(insert(&c, m, 4..6).len(), 2, "the restarted cluster takes writes");
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "6", Duration::from_secs(60));
     checksums_equal(&c, &all);
+
+    eprintln!("phase: nodes started by hand (no pid file of cluster up): status and down find them by their locks");
+    let mut pids = Vec::new();
+    for id in all {
+        let _ = std::fs::remove_file(c.node_dir(id).join("node.pid"));
+    }
+    let st = c.status();
+    for n in st["nodes"].as_array().expect("nodes") {
+        assert_ne!(n["role"], "down", "a running node listed as down: {n}");
+        pids.push(n["pids"]["node"].as_i64().expect("node pid") as i32);
+        pids.push(n["pids"]["mariadbd"].as_i64().expect("mariadbd pid") as i32);
+    }
+    let down = std::process::Command::new(common::paxsql())
+        .args(["cluster", "down", "--dir"])
+        .arg(c.dir.path())
+        .output()
+        .expect("cluster down");
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    for pid in pids {
+        assert!(!common::alive(pid), "pid {pid} still runs after cluster down");
+    }
 }

@@ -3,7 +3,8 @@
 //!
 //! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), `tls/` (CA and certificates, keys
 //! 0600), and per node `nN/` with
-//! `data/` (mariadbd), `node/` (global log, status.json), `run/`, `log/`, `my.cnf`, `node.toml`, `node.pid`.
+//! `data/` (mariadbd), `node/` (global log, status.json, `node.lock` naming the running node's pid), `run/`,
+//! `log/`, `my.cnf`, `node.toml`, `node.pid` (the pid `cluster up` started; `down` and `status` go by the lock).
 
 use std::fs;
 use std::io::Write;
@@ -460,26 +461,42 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
     Ok(())
 }
 
+/// Whether `pid` runs: exists and is not a zombie (a process that exited and waits for its parent, e.g. a node
+/// started by a test harness, is gone for every purpose here).
 fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
+    pid > 0
+        && fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
 }
 
 fn read_pid(path: &Path) -> Option<i32> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The pid of the node process running on `n`'s data directory, however it was started (`cluster up`, or by hand
+/// with `paxsql node --config`): the holder of the directory's lock, which writes its pid into the lock file. A
+/// lock that can be taken has no holder, whatever pid the file still names.
+fn node_pid(n: &NodeLayout) -> Option<i32> {
+    use std::os::unix::io::AsRawFd;
+    let path = n.dir.join("node/node.lock");
+    let file = fs::File::open(&path).ok()?;
+    // SAFETY: flock(2) on a descriptor owned here; a lock taken is released when `file` closes below.
+    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if free {
+        return None;
+    }
+    read_pid(&path).filter(|pid| pid_alive(*pid))
+}
+
 fn down(dir: &Path) -> anyhow::Result<()> {
     let file = load(dir)?;
     for n in &file.nodes {
-        if let Some(pid) = read_pid(&n.dir.join("node.pid")) {
-            if pid_alive(pid) {
-                // SAFETY: a pid this cluster recorded for its own node process.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
-                let gone = wait_for(Duration::from_secs(15), "node to stop", || (!pid_alive(pid)).then_some(()));
-                if gone.is_err() {
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
+        if let Some(pid) = node_pid(n) {
+            // SAFETY: the process holding this node's data directory lock: this cluster's node, however started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let gone = wait_for(Duration::from_secs(15), "node to stop", || (!pid_alive(pid)).then_some(()));
+            if gone.is_err() {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
         // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (docs/ARCHITECTURE.md §3).
@@ -498,7 +515,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for n in &file.nodes {
         let st = read_status(n).unwrap_or(serde_json::Value::Null);
-        let node_pid = read_pid(&n.dir.join("node.pid")).filter(|p| pid_alive(*p));
+        let node_pid = node_pid(n);
         let mariadbd_pid = read_pid(&n.datadir().join("mariadbd.pid")).filter(|p| pid_alive(*p));
         let role = if node_pid.is_none() {
             "down".to_string()
