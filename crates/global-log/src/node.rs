@@ -106,6 +106,8 @@ pub struct NodeReady {
     /// Effects of applying them, in order.
     pub applied: Vec<Applied>,
     pub rebuild_required: Option<Instance>,
+    /// Why this node gave up its master term on its own in this round, if it did.
+    pub term_given_up: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -147,6 +149,10 @@ pub struct GlobalLogNode {
     status_replies: BTreeSet<NodeId>,
     /// `proposed_at_ms` of this incarnation's recent `ChangeMaster` proposals.
     own_change_proposals: std::collections::VecDeque<u64>,
+    /// This term's binlog proposals not applied yet, in proposal order: (`proposed_at_ms`, last seq_no).
+    own_appends: std::collections::VecDeque<(u64, u64)>,
+    /// Set when this node gives up its term on its own; drained by [`Self::take_ready`].
+    term_given_up: Option<String>,
 }
 
 impl GlobalLogNode {
@@ -192,6 +198,8 @@ impl GlobalLogNode {
             rng: rng | 1,
             replayed,
             own_change_proposals: std::collections::VecDeque::new(),
+            own_appends: std::collections::VecDeque::new(),
+            term_given_up: None,
             status_replies: BTreeSet::new(),
         }
     }
@@ -272,6 +280,11 @@ impl GlobalLogNode {
 
     /// Proposes binlog transactions `first_seq..=last_seq`. Only the master holding its lease may; the caller
     /// acknowledges them to MariaDB only once they show up as [`Applied::BinlogAppended`] for its term.
+    ///
+    /// A proposal can be lost without an error (the Paxos core drops its queue when its leadership is contested,
+    /// and phase 1 may fill an instance in flight with a no-op), and the master's transactions can never be
+    /// renumbered (MariaDB holds them at their GTIDs, waiting): this node then gives its term up (see
+    /// [`Self::on_applied`]), so that its waiting commits are never acknowledged and another term takes over.
     pub fn propose_binlog(
         &mut self,
         domain_id: u32,
@@ -283,6 +296,7 @@ impl GlobalLogNode {
         let master_version = self.require_master()?;
         let cmd = Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events };
         self.paxos.propose(cmd.encode())?;
+        self.own_appends.push_back((self.now, last_seq));
         Ok(())
     }
 
@@ -296,6 +310,7 @@ impl GlobalLogNode {
     /// Gives up the master role: stops renewing, so another member takes over once the lease runs out.
     pub fn resign(&mut self) {
         self.my_term = None;
+        self.own_appends.clear();
         self.lease_until = 0;
         self.paxos.step_down();
         // Stand back longer than any healthy member has to wait, so one of them takes over: a node resigns
@@ -345,6 +360,7 @@ impl GlobalLogNode {
         self.absorb(&mut out);
         self.drive(&mut out);
         self.absorb(&mut out);
+        out.term_given_up = self.term_given_up.take();
         out
     }
 
@@ -377,6 +393,7 @@ impl GlobalLogNode {
                 // and then nobody but us can renew the term (seed 51402).
                 let ours = self.change_master_pending == Some(*proposed_at_ms)
                     || self.own_change_proposals.contains(proposed_at_ms);
+                self.own_appends.clear();
                 if *master == me && ours {
                     self.my_term = Some(*master_version);
                     self.lease_until = proposed_at_ms + self.cfg.lease_ms;
@@ -393,10 +410,31 @@ impl GlobalLogNode {
             }
             Applied::LeaseRenewed { master_version, proposed_at_ms, .. } => {
                 if self.my_term == Some(*master_version) && self.state.master_id == me {
+                    // Commands reach the log in the order they were proposed: a renewal proposed after one of our
+                    // appends comes out after it, so an append still missing now was dropped and never will be.
+                    if let Some(&(at, seq)) = self.own_appends.front().filter(|(at, _)| at < proposed_at_ms) {
+                        let why = format!(
+                            "binlog transaction {seq}, proposed at {at} ms, never reached the log (a renewal \
+                             proposed at {proposed_at_ms} ms did)"
+                        );
+                        self.give_up_term(why);
+                        return;
+                    }
                     self.lease_until = self.lease_until.max(proposed_at_ms + self.cfg.lease_ms);
                 } else {
                     self.last_renewal_seen = self.now;
                 }
+            }
+            Applied::BinlogAppended { master_version, last_seq, .. } if self.my_term == Some(*master_version) => {
+                while self.own_appends.front().is_some_and(|(_, seq)| seq <= last_seq) {
+                    self.own_appends.pop_front();
+                }
+            }
+            Applied::Rejected { kind: "append_binlog", master_version, reason, .. }
+                if self.my_term == Some(*master_version) =>
+            {
+                // A gap: an earlier append of ours was lost, and everything after it is rejected the same way.
+                self.give_up_term(format!("a binlog transaction of this term was rejected: {reason:?}"));
             }
             Applied::Rejected { kind: "change_master", .. } if self.change_master_pending.is_some() => {
                 self.give_up_campaign();
@@ -409,6 +447,13 @@ impl GlobalLogNode {
             }
             _ => {}
         }
+    }
+
+    /// Ends this node's term because its log and its master's binlog can no longer agree: the master's waiting
+    /// commits must never be acknowledged, and only a new term (a fresh server, its tail truncated) can go on.
+    fn give_up_term(&mut self, why: String) {
+        self.resign();
+        self.term_given_up = Some(why);
     }
 
     fn give_up_campaign(&mut self) {

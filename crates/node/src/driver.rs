@@ -245,6 +245,9 @@ impl Driver {
             for m in r.after_persist {
                 self.route(me, m);
             }
+            if let Some(why) = &r.term_given_up {
+                tracing::error!(%why, "giving up the master term: its waiting commits are never acknowledged");
+            }
             if let Some(first) = r.rebuild_required {
                 tracing::error!(
                     first_held = first,

@@ -36,6 +36,7 @@ struct SimNode {
     clock_rate: f64,
     /// Next GTID sequence number this node's client will propose (0: take it from the log).
     next_seq: u64,
+    /// The term its client serves in without a break, 0 after it saw its lease lapse.
     term_of_next_seq: u64,
 }
 
@@ -50,6 +51,8 @@ pub struct Stats {
     pub partitions: u64,
     pub reconfigurations: u64,
     pub rebuilds: u64,
+    /// Masters that gave up their term because one of its binlog proposals was lost.
+    pub terms_given_up: u64,
     pub sim_ms: u64,
     /// Time from healing to a new acknowledged commit with all members converged.
     pub liveness_ms: Option<u64>,
@@ -65,6 +68,7 @@ impl Stats {
         self.partitions += o.partitions;
         self.reconfigurations += o.reconfigurations;
         self.rebuilds += o.rebuilds;
+        self.terms_given_up += o.terms_given_up;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -316,7 +320,12 @@ impl Simulation {
             let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
             let Some(node) = sn.node.as_mut() else { return Ok(()) };
             let ready = node.take_ready();
-            let my_version = (node.state().master_id == id).then_some(node.state().master_version);
+            if let Some(why) = &ready.term_given_up {
+                let why = why.clone();
+                self.stats.terms_given_up += 1;
+                self.log(|| format!("node {id} gives up its term: {why}"));
+            }
+            let Some(node) = self.nodes.get(&id).and_then(|sn| sn.node.as_ref()) else { return Ok(()) };
             if self.trace.is_some() {
                 let (role, ballot, applied) = (node.paxos().role(), node.paxos().ballot(), node.state().applied);
                 let (master, version) = (node.state().master_id, node.state().master_version);
@@ -332,7 +341,7 @@ impl Simulation {
             }
             for effect in &ready.applied {
                 self.checker.applied(self.now, id, effect)?;
-                self.client_outcome(id, my_version, effect)?;
+                self.client_outcome(id, effect)?;
             }
             let sn = self.nodes.get_mut(&id).expect("node exists");
             if let Err(e) = sn.store.write(&ready.batch, false) {
@@ -414,7 +423,12 @@ impl Simulation {
             let now = self.local_time(id);
             let sn = self.nodes.get_mut(&id).expect("node exists");
             let Some(node) = sn.node.as_mut() else { continue };
-            let Some(term) = node.master_term(now) else { continue };
+            // As the node's role controller does: a lapsed lease demotes the database, whose recovery drops the
+            // un-acknowledged tail, so a later lease (even of the same term) starts again from the log.
+            let Some(term) = node.master_term(now) else {
+                sn.term_of_next_seq = 0;
+                continue;
+            };
             if node.paxos().pending().1 >= 4 {
                 continue;
             }
@@ -436,9 +450,9 @@ impl Simulation {
         Ok(())
     }
 
-    /// The master acknowledges a transaction once it is applied for its own term; a rejection of its own
-    /// proposal resets its GTID counter to the log.
-    fn client_outcome(&mut self, id: NodeId, my_version: Option<u64>, effect: &Applied) -> Result<(), Violation> {
+    /// The master acknowledges a transaction once it is applied for its own term. Like MariaDB, it never
+    /// renumbers a transaction it proposed: a rejected or lost one blocks every later one until the term ends.
+    fn client_outcome(&mut self, id: NodeId, effect: &Applied) -> Result<(), Violation> {
         match effect {
             Applied::BinlogAppended { gtid_first, events, .. }
                 if events.starts_with(self.client_prefix(id).as_bytes()) =>
@@ -446,12 +460,6 @@ impl Simulation {
                 self.checker.ack(self.now, gtid_first.seq_no, events)?;
                 if self.healed_at.is_some() {
                     self.acked_after_heal = true;
-                }
-                Ok(())
-            }
-            Applied::Rejected { kind: "append_binlog", master_version, .. } if Some(*master_version) == my_version => {
-                if let Some(sn) = self.nodes.get_mut(&id) {
-                    sn.next_seq = 0;
                 }
                 Ok(())
             }
