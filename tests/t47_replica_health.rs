@@ -1,7 +1,8 @@
 //! A running replica never serves what the global log does not hold, and never looks healthy with a stopped
 //! applier (README "What paxsql guarantees"): a privileged write on a replica (`read_only` does not bind
 //! READ ONLY ADMIN) is caught within a check round, the RO port refuses, and the replica is rebuilt; a replica
-//! whose applier stops is reported with the error, restarted, and rebuilt when it keeps stopping.
+//! whose applier stops is reported with the error, restarted, and rebuilt when it keeps stopping; only the
+//! master's mariadbd takes logins over TCP.
 
 mod common;
 
@@ -227,4 +228,81 @@ fn the_read_only_port_refuses_accounts_that_read_only_does_not_bind() {
     assert_eq!(c.sql_via(r, "proxy_ro", "SELECT COUNT(*) FROM t", T).as_deref(), Ok("0"), "the app reads on RO");
     let (state, _) = database(&c, r);
     assert_eq!(state, "replica", "nothing was written on the replica");
+}
+
+/// Logs in as `account` over TCP straight to node `id`'s mariadbd (no proxy) and reports which server answered.
+fn tcp_login(c: &Cluster, id: u64, account: (&str, &str)) -> Result<String, String> {
+    c.sql_as(id, "mariadb_tcp", account, "SELECT @@port")
+}
+
+/// Waits until a TCP login to node `id`'s mariadbd gives `accepted`; returns the last outcome.
+fn wait_tcp_login(c: &Cluster, id: u64, account: (&str, &str), accepted: bool, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let outcome = tcp_login(c, id, account);
+        if outcome.is_ok() == accepted {
+            return outcome.unwrap_or_else(|e| e);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {id}: TCP login accepted={} within {timeout:?}: {outcome:?}",
+            !accepted
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn only_the_masters_mariadbd_takes_logins_over_tcp_across_a_failover() {
+    let c = Cluster::up(3, 28300);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    let replicas: Vec<u64> = all.into_iter().filter(|n| *n != m).collect();
+    c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
+    c.root_sql(m, "CREATE USER 'dba'@'%' IDENTIFIED BY 'dba-pw-123'; GRANT ALL PRIVILEGES ON *.* TO 'dba'@'%'")
+        .expect("a DBA account");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for &n in &all {
+        while c.root_sql(n, "SELECT COUNT(*) FROM mysql.user WHERE User = 'dba'").as_deref() != Ok("1") {
+            assert!(Instant::now() < deadline, "the DBA account did not reach node {n}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let dba = ("dba", "dba-pw-123");
+    let app_password = c.password();
+    let app = ("app", app_password.as_str());
+
+    eprintln!("phase: the master {m} takes a DBA's TCP login; the replicas refuse it (and root's, and the app's)");
+    assert_eq!(tcp_login(&c, m, dba), Ok(c.port(m).to_string()), "the master's mariadbd over TCP");
+    for &r in &replicas {
+        for account in [dba, app] {
+            let err = tcp_login(&c, r, account).expect_err("a replica's mariadbd took a login over TCP");
+            assert!(err.contains("1045"), "replica {r}, {}: {err}", account.0);
+        }
+        // Its socket and its RO port still serve.
+        assert_eq!(c.sql(r, "SELECT @@require_secure_transport", T).as_deref(), Ok("1"));
+        assert_eq!(c.sql_via(r, "proxy_ro", "SELECT COUNT(*) FROM t", T).as_deref(), Ok("0"));
+    }
+
+    let r = replicas[0];
+    eprintln!("phase: someone on replica {r}'s machine lifts the fence; its node puts it back within a check round");
+    c.root_sql(r, "SET GLOBAL require_secure_transport = OFF").expect("lift the fence");
+    let start = Instant::now();
+    let refused = wait_tcp_login(&c, r, dba, false, Duration::from_secs(10));
+    eprintln!("replica {r} refuses TCP logins again after {:?}: {refused}", start.elapsed());
+
+    eprintln!("phase: kill -9 the master's node; the new master takes TCP logins, the old one refuses them");
+    c.kill9_node(m);
+    let m2 = c.wait_master(Some(m), Duration::from_secs(30));
+    let accepted = wait_tcp_login(&c, m2, dba, true, Duration::from_secs(10));
+    assert_eq!(accepted, c.port(m2).to_string());
+    c.sql_via(m2, "proxy_rw", "INSERT INTO t VALUES (1, 'after failover')", T).expect("write on the new master");
+    c.restart_node(m);
+    wait_database(&c, m, Duration::from_secs(60), "serving as replica", |s, _| s == "replica");
+    let err = tcp_login(&c, m, dba).expect_err("the former master's mariadbd took a login over TCP");
+    assert!(err.contains("1045"), "{err}");
+    assert_eq!(c.sql_via(m, "proxy_ro", "SELECT COUNT(*) FROM t", T).as_deref(), Ok("1"), "the RO port serves");
+    for &n in all.iter().filter(|n| **n != m2) {
+        assert!(tcp_login(&c, n, dba).is_err(), "node {n} is not the master and took a TCP login");
+    }
 }

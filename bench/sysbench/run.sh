@@ -142,7 +142,7 @@ start_mariadb() {
 
 # --- one system at a time ----------------------------------------------------------------------------------------
 # Each `up_*` sets: PORT (where sysbench connects), MASTER_SQL (host:port of the master's mariadbd for GTID sampling),
-# REPLICAS ("name=host:port ..."), PROCS ("name=pid ..." for the CPU split), export MYSQL_PWD.
+# REPLICAS ("name=host:port ..." or "name=/socket/path ..."), PROCS ("name=pid ..." for the CPU split), export MYSQL_PWD.
 APP_PW=bench-$RANDOM$RANDOM
 
 up_standalone() {
@@ -187,7 +187,7 @@ skip-slave-start"
 
 # Where the paxsql master is now: PORT, MASTER_SQL, MASTER_NODE, REPLICAS, PROCS (it may move after a failover).
 paxsql_endpoints() {
-  local m n p i
+  local m n i
   for i in $(seq 1 150); do
     m=$("$PAXSQL" cluster status --dir "$CLUSTER_DIR" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['master'] or '')")
     [ -n "$m" ] && break
@@ -203,8 +203,7 @@ paxsql_endpoints() {
   MASTER_SQL=127.0.0.1:$mport; MASTER_NODE=$m
   REPLICAS=""; PROCS=""
   for n in 1 2 3; do
-    p=$((BASE + 100 + 10 * (n - 1)))
-    [ "$n" = "$m" ] || REPLICAS+="paxsql-n$n=127.0.0.1:$p "
+    [ "$n" = "$m" ] || REPLICAS+="paxsql-n$n=$CLUSTER_DIR/n$n/run/mysqld.sock "
     PROCS+="n$n-mariadbd=$(cat "$CLUSTER_DIR/n$n/data/mariadbd.pid") n$n-node=$(cat "$CLUSTER_DIR/n$n/node.pid") "
   done
 }

@@ -69,9 +69,14 @@ class Session:
     """One `mariadb` client kept open (unbuffered batch mode): a query costs a round trip, not a process start."""
 
     def __init__(self, endpoint):
-        host, port = endpoint.rsplit(":", 1)
+        # "host:port", or a unix socket path (a paxsql replica's mariadbd takes no TCP login).
+        if endpoint.startswith("/"):
+            where = ["--socket", endpoint]
+        else:
+            host, port = endpoint.rsplit(":", 1)
+            where = ["-h", host, "-P", port]
         self.p = subprocess.Popen(
-            ["mariadb", "-h", host, "-P", port, "-uapp", "-N", "-B", "-n"],
+            ["mariadb", *where, "-uapp", "-N", "-B", "-n"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def value(self, sql):

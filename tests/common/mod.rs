@@ -177,21 +177,22 @@ impl Cluster {
         self.sql_via(id, "mariadb", sql, timeout)
     }
 
-    /// Like [`Cluster::sql`], through node `id`'s endpoint `which` ("mariadb", "proxy_rw", "proxy_ro"): always
-    /// TCP (never the server's socket) and without TLS, so that a proxy's ERR packet reads plainly.
+    /// Like [`Cluster::sql`], through node `id`'s endpoint `which`: "mariadb" is the server's unix socket (a
+    /// replica's mariadbd refuses TCP logins); "mariadb_tcp", "proxy_rw" and "proxy_ro" are TCP without TLS, so
+    /// that a proxy's ERR packet reads plainly.
     pub fn sql_via(&self, id: u64, which: &str, sql: &str, timeout: Duration) -> Result<String, String> {
-        self.tcp_sql(id, which, ("app", &self.password()), Some("app"), sql, timeout)
+        self.client_sql(id, which, ("app", &self.password()), Some("app"), sql, timeout)
     }
 
     /// [`Cluster::sql_via`] as another account (user, password), with no default database.
     pub fn sql_as(&self, id: u64, which: &str, account: (&str, &str), sql: &str) -> Result<String, String> {
-        self.tcp_sql(id, which, account, None, sql, Duration::from_secs(10))
+        self.client_sql(id, which, account, None, sql, Duration::from_secs(10))
     }
 
-    /// `sql` with the `mariadb` client over TCP to node `id`'s endpoint `which`, as `account` (user, password),
+    /// `sql` with the `mariadb` client to node `id`'s endpoint `which`, as `account` (user, password),
     /// inside the cluster's namespace if it has one (network faults only ever cut Paxos traffic, so clients reach
     /// every node).
-    fn tcp_sql(
+    fn client_sql(
         &self,
         id: u64,
         which: &str,
@@ -200,14 +201,18 @@ impl Cluster {
         sql: &str,
         timeout: Duration,
     ) -> Result<String, String> {
-        let (host, port) = self.endpoint(id, which);
-        let out = command(&self.netns, "timeout")
-            .arg(format!("{}", timeout.as_secs_f64()))
-            .args(["mariadb", "--protocol=tcp", "--skip-ssl", "-N", "-B"])
+        let mut cmd = command(&self.netns, "timeout");
+        cmd.arg(format!("{}", timeout.as_secs_f64())).args(["mariadb", "-N", "-B"]);
+        if which == "mariadb" {
+            cmd.arg(format!("--socket={}", self.node_dir(id).join("run/mysqld.sock").display()));
+        } else {
+            // "mariadb_tcp": the server's TCP port, which only the master's mariadbd answers.
+            let (host, port) = self.endpoint(id, which.strip_suffix("_tcp").unwrap_or(which));
+            cmd.args(["--protocol=tcp", "--skip-ssl"]).arg(format!("-h{host}")).arg(format!("-P{port}"));
+        }
+        let out = cmd
             .arg(format!("-u{}", account.0))
             .args(database)
-            .arg(format!("-h{host}"))
-            .arg(format!("-P{port}"))
             .env("MYSQL_PWD", account.1)
             .arg("-e")
             .arg(sql)
@@ -310,7 +315,7 @@ impl Cluster {
     pub fn admin_sql(&self, id: u64, sql: &str) -> Result<String, String> {
         let pw =
             std::fs::read_to_string(self.dir.path().join("secrets/admin_sql.password")).map_err(|e| e.to_string())?;
-        self.tcp_sql(id, "admin_sql", ("paxsql", pw.trim()), None, sql, Duration::from_secs(10))
+        self.client_sql(id, "admin_sql", ("paxsql", pw.trim()), None, sql, Duration::from_secs(10))
     }
 
     /// Node `id`'s `members_reachable` as its admin SQL port reports it (itself included).

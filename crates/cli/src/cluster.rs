@@ -179,6 +179,10 @@ fn my_cnf(n: &NodeLayout) -> String {
          proxy_protocol_networks=127.0.0.0/8,localhost\n\
          # Every node starts as a read-only replica; the node promotes the master (SET GLOBAL at promotion).\n\
          read_only=ON\n\
+         # read_only does not bind READ ONLY ADMIN (root, DBAs): a server that is not the master refuses every login\n\
+         # over TCP (no TLS is configured here), so none writes into it from the network. Its unix socket, in a\n\
+         # directory only this user opens, serves the node and its proxy. The node lifts this at promotion.\n\
+         require_secure_transport=ON\n\
          skip-slave-start\n\
          init-rpl-role=SLAVE\n\
          rpl_semi_sync_master_enabled=OFF\n\
@@ -289,8 +293,9 @@ fn wait_for<T>(timeout: Duration, what: &str, mut probe: impl FnMut() -> Option<
 
 /// Initialises one mariadbd data directory and creates the accounts, binlog off, identically on every node.
 fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app_db: &str) -> anyhow::Result<()> {
+    // 0700: the unix socket in run/ is the only way into a replica's mariadbd, for this user alone.
     for sub in ["data", "run", "log", "tmp", "node"] {
-        fs::create_dir_all(n.dir.join(sub))?;
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(n.dir.join(sub))?;
     }
     fs::write(n.dir.join("my.cnf"), my_cnf(n))?;
     let out = Command::new("mariadb-install-db")

@@ -79,7 +79,57 @@ impl LocalMariaDb {
     }
 
     /// Starts mariadbd and waits until the admin account can log in.
+    ///
+    /// A server that refuses to start because InnoDB holds prepared transactions its binlog cannot resolve — a
+    /// mariabackup copy taken while the donor's applier was between prepare and commit carries no binlog (MDEV-36025,
+    /// seen in the fault suite after a rebuild) — gets one heuristic recovery run that rolls them back, then starts.
+    /// Rolling back is what the copy's GTID position says: those transactions are not in it, and replication brings
+    /// them again from the global log.
     pub async fn start(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
+        match self.start_once(timeout).await {
+            Err(MariaDbError::Exited { log, .. })
+                if log.contains("prepared transactions!") && log.contains("tc-heuristic-recover") =>
+            {
+                tracing::warn!("InnoDB holds prepared transactions no binlog resolves: rolling them back");
+                self.heuristic_rollback(timeout).await?;
+                self.start_once(timeout).await
+            }
+            other => other,
+        }
+    }
+
+    /// Runs mariadbd once with `--tc-heuristic-recover=ROLLBACK`, which always exits after the recovery.
+    async fn heuristic_rollback(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
+        let mut child = Command::new(&self.cfg.mariadbd)
+            .arg(format!("--defaults-file={}", self.defaults_file.display()))
+            .arg(format!("--pid-file={}", self.pid_file().display()))
+            .arg("--tc-heuristic-recover=ROLLBACK")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| MariaDbError::Spawn { binary: self.cfg.mariadbd.clone(), source })?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    tracing::info!(%status, "heuristic recovery run ended");
+                    return Ok(());
+                }
+                Ok(None) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(MariaDbError::NotReady {
+                        secs: timeout.as_secs(),
+                        last: "the heuristic recovery run (--tc-heuristic-recover=ROLLBACK) did not exit".into(),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn start_once(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
         self.kill_stale();
         let log_offset = self.cfg.error_log.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
         let mut cmd = Command::new(&self.cfg.mariadbd);
@@ -186,10 +236,9 @@ impl LocalMariaDb {
             move |source| MariaDbError::Sql { sql, source }
         };
         let mut c = self.conn().await.map_err(sql_err("connect"))?;
-        let position: Option<String> = c
-            .query_first("SELECT @@GLOBAL.gtid_binlog_pos")
-            .await
-            .map_err(sql_err("SELECT @@GLOBAL.gtid_binlog_pos"))?;
+        const POSITION: &str = "SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.require_secure_transport";
+        let (position, fenced): (Option<String>, u8) =
+            c.query_first(POSITION).await.map_err(sql_err(POSITION))?.unwrap_or_default();
         let row: Option<mysql_async::Row> =
             c.query_first("SHOW SLAVE STATUS").await.map_err(sql_err("SHOW SLAVE STATUS"))?;
         let _ = c.disconnect().await;
@@ -206,6 +255,7 @@ impl LocalMariaDb {
             _ => Some(format!("{running} (error {errno}: {error})")),
         };
         Ok(ReplicaState {
+            tcp_logins: fenced == 0,
             position: position.unwrap_or_default(),
             configured: row.is_some(),
             io_stopped: stopped(field("Slave_IO_Running"), field("Last_IO_Errno"), field("Last_IO_Error")),
@@ -274,6 +324,8 @@ pub struct ReplicaState {
     pub io_stopped: Option<String>,
     /// The SQL thread (the applier) is stopped: its state and last error.
     pub sql_stopped: Option<String>,
+    /// `require_secure_transport` is OFF: the server takes logins over TCP, which a replica must not.
+    pub tcp_logins: bool,
 }
 
 /// A statement as it may appear in an error, a log line or `status.json`: the quoted value after each

@@ -374,7 +374,10 @@ async fn promote(
     let start: GtidSet = st.last_gtid.parse().unwrap_or_default();
     let (failed_tx, failed_rx) = watch::channel(false);
     let handle = tokio::spawn(capture(ctx.clone(), st.master_version, start, failed_tx));
-    db.exec(&["SET GLOBAL read_only = OFF"]).await?;
+    // Only now may TCP logins reach this server: a replica refuses them, so that no account however privileged
+    // (read_only does not bind READ ONLY ADMIN) writes into it outside the log. Lifted before read_only, so the
+    // proxies' master check (which waits for `serving`) never sends a client to a server that refuses it.
+    db.exec(&["SET GLOBAL require_secure_transport = OFF", "SET GLOBAL read_only = OFF"]).await?;
     Ok((handle, failed_rx))
 }
 
@@ -449,6 +452,14 @@ async fn check_replica(ctx: &Arc<RoleContext>) -> Result<(), ReplicaFault> {
             return Ok(());
         }
     };
+    if state.tcp_logins {
+        // Someone on this machine (the socket is the only way in) lifted the fence; put it back. A session that
+        // logged in over TCP meanwhile and writes is caught below as a divergence.
+        tracing::warn!("require_secure_transport was OFF on a replica: TCP logins refused again");
+        if let Err(e) = ctx.mariadb.lock().await.exec(&["SET GLOBAL require_secure_transport = ON"]).await {
+            tracing::warn!(error = %e, "cannot refuse TCP logins on the replica");
+        }
+    }
     let Ok(position) = state.position.parse::<GtidSet>() else { return Ok(()) };
     if !ctx.global_binlog.holds(&position) {
         return Err(ReplicaFault::Diverged(format!(
@@ -514,6 +525,8 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     db.exec(&[
         "STOP SLAVE",
         "SET GLOBAL read_only = ON",
+        // my.cnf has it; re-asserted for a server an operator changed (see `promote`).
+        "SET GLOBAL require_secure_transport = ON",
         "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
         // Continue from what this server holds, whether it was applied as a replica or written as a master.
         "SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_binlog_pos",

@@ -173,8 +173,11 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         local: local_tx,
         metrics: metrics.clone(),
     });
-    // The proxy: writes go to the master while this node sees its lease; reads to the local server.
-    let local_mariadb = cfg
+    // The proxy: writes go to the master while this node sees its lease; reads to the local server, over its unix
+    // socket (a replica's mariadbd refuses logins over TCP: `require_secure_transport`, lifted only at promotion).
+    let local_mariadb = paxsql_proxy::Backend::Unix(cfg.mariadb.socket.clone());
+    // Where the other nodes' proxies reach this mariadbd over TCP while it is the master.
+    let local_mariadb_tcp = cfg
         .members
         .iter()
         .find(|m| m.id == cfg.node_id)
@@ -207,7 +210,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?))).collect();
     let route_task = tokio::spawn(publish_routes(
         cfg.node_id,
-        local_mariadb,
+        local_mariadb_tcp,
         member_mariadb,
         handle.status.clone(),
         serving.clone(),

@@ -9,10 +9,11 @@
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
-use paxsql_proxy::{ForwardMode, Proxy, ProxyConfig, Route};
+use paxsql_proxy::{Backend, ForwardMode, Proxy, ProxyConfig, Route};
 
 struct Args {
     cfg: ProxyConfig,
+    backend: SocketAddr,
     threads: usize,
 }
 
@@ -39,19 +40,20 @@ fn parse_args() -> anyhow::Result<Args> {
             other => bail!("unknown argument {other}; see the doc comment of examples/standalone_proxy.rs"),
         }
     }
-    cfg.local_backend = backend.context("--backend is required")?;
+    let backend: SocketAddr = backend.context("--backend is required")?;
+    cfg.local_backend = Backend::Tcp(backend);
     if cfg.rw_listen.is_none() && cfg.ro_listen.is_none() {
         cfg.rw_listen = Some(SocketAddr::from(([127, 0, 0, 1], 31900)));
     }
-    Ok(Args { cfg, threads })
+    Ok(Args { cfg, backend, threads })
 }
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
-    let Args { cfg, threads } = parse_args()?;
+    let Args { cfg, backend, threads } = parse_args()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
     runtime.block_on(async move {
-        let route = Route::Master { node_id: 1, master_version: 1, addr: cfg.local_backend };
+        let route = Route::Master { node_id: 1, master_version: 1, addr: backend };
         let (_routes, rx) = tokio::sync::watch::channel(route);
         let mode = cfg.forward_mode;
         let proxy = Proxy::bind(cfg, rx).await?;

@@ -1,4 +1,6 @@
+use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::ProxyError;
@@ -13,6 +15,24 @@ pub enum ForwardMode {
     Copy,
 }
 
+/// Where a backend mariadbd takes connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Tcp(SocketAddr),
+    /// Its unix socket. A paxsql node reaches its own mariadbd this way: a replica's mariadbd refuses every TCP
+    /// login (`require_secure_transport`), so that no account, however privileged, writes into it from the network.
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Tcp(addr) => write!(f, "{addr}"),
+            Backend::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
 /// Proxy settings. The node fills it from its own config file.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
@@ -21,7 +41,7 @@ pub struct ProxyConfig {
     /// Read-only port: forwards to `local_backend`. `None`: no RO port.
     pub ro_listen: Option<SocketAddr>,
     /// This node's mariadbd (a read-only replica unless this node is the master).
-    pub local_backend: SocketAddr,
+    pub local_backend: Backend,
     /// How long a new RW connection waits for a master when none is known, or while the known master refuses
     /// connections (its mariadbd died and its lease has not run out yet), before it gets an ERR packet.
     pub hold_during_election: Duration,
@@ -41,7 +61,7 @@ impl Default for ProxyConfig {
         ProxyConfig {
             rw_listen: None,
             ro_listen: None,
-            local_backend: SocketAddr::from(([127, 0, 0, 1], 3306)),
+            local_backend: Backend::Tcp(SocketAddr::from(([127, 0, 0, 1], 3306))),
             hold_during_election: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             proxy_protocol: false,

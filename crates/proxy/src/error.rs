@@ -14,8 +14,8 @@ pub enum ProxyError {
         source: std::io::Error,
     },
     /// A backend mariadbd did not accept the connection (or the PROXY header) within `connect_timeout`.
-    #[error("cannot reach mariadbd at {addr} within {timeout_ms} ms: {detail}")]
-    BackendUnreachable { addr: SocketAddr, timeout_ms: u128, detail: String },
+    #[error("cannot reach mariadbd at {backend} within {timeout_ms} ms: {detail}")]
+    BackendUnreachable { backend: String, timeout_ms: u128, detail: String },
     /// Bytes that should be an ERR packet are not one.
     #[error("malformed ERR packet at byte {offset}: {what}")]
     MalformedErrPacket { what: &'static str, offset: usize },

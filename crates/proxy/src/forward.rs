@@ -2,17 +2,16 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpStream, UnixStream};
 
 use tracing::{info, warn};
 
 use crate::statement::{self, Verdict};
 use crate::wire::{ErrPacket, ProxyHeader};
-use crate::{ForwardMode, ProxyError, ProxyStats};
+use crate::{Backend, ForwardMode, ProxyError, ProxyStats};
 
 /// Buffer per direction in [`ForwardMode::Copy`]: a large result set moves in few syscalls.
 const COPY_BUF_BYTES: usize = 64 * 1024;
@@ -32,14 +31,14 @@ pub(crate) struct Forwarded {
 /// packet, so that no command can interrupt a commit waiting for its majority.
 /// `refused_users`: user names whose login is answered with an error instead of being sent on (the RO port's
 /// privileged accounts).
-pub(crate) async fn forward(
+pub(crate) async fn forward<S: ServerStream>(
     client: &mut TcpStream,
-    server: &mut TcpStream,
+    server: &mut S,
     mode: ForwardMode,
     stats: &ProxyStats,
     refused_users: Option<&BTreeSet<String>>,
 ) -> Forwarded {
-    let (mut server_rd, mut client_wr) = match (duplicate(server), duplicate(client)) {
+    let (mut server_rd, mut client_wr) = match (server.duplicate(), client.duplicate()) {
         (Ok(s), Ok(c)) => (s, c),
         (Err(e), _) | (_, Err(e)) => return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
     };
@@ -80,11 +79,51 @@ pub(crate) async fn forward(
     Forwarded { client_to_server: c2s_done.unwrap_or(0), server_to_client: s2c_done.unwrap_or(0), error }
 }
 
-/// A second handle on the same socket, so that one direction can be spliced while the other is filtered.
-fn duplicate(stream: &TcpStream) -> io::Result<TcpStream> {
-    use std::os::fd::AsFd as _;
-    let fd = stream.as_fd().try_clone_to_owned()?;
-    TcpStream::from_std(std::net::TcpStream::from(fd))
+/// A connection to a mariadbd (or a client's): what forwarding needs of a TCP or a unix stream.
+pub(crate) trait ServerStream:
+    AsyncRead + AsyncWrite + tokio_splice2::AsyncReadFd + tokio_splice2::AsyncWriteFd + tokio_splice2::IsNotFile + Unpin
+where
+    Self: Sized,
+{
+    /// A second handle on the same socket, so that one direction can be spliced while the other is filtered.
+    fn duplicate(&self) -> io::Result<Self>;
+
+    /// Closes the stream so that bytes still queued for the peer are dropped where the transport allows it.
+    fn abort(self);
+}
+
+impl ServerStream for TcpStream {
+    fn duplicate(&self) -> io::Result<Self> {
+        use std::os::fd::AsFd as _;
+        let fd = self.as_fd().try_clone_to_owned()?;
+        TcpStream::from_std(std::net::TcpStream::from(fd))
+    }
+
+    /// A RST instead of a FIN: bytes still queued in the kernel are discarded, not sent. Used on the stale
+    /// master's side of a cut connection, so a statement the client sent a moment ago does not reach a master
+    /// that lost its lease.
+    fn abort(self) {
+        // tokio deprecates SO_LINGER because a non-zero linger blocks in close(); a zero linger never blocks.
+        #[allow(deprecated)]
+        let _ = self.set_linger(Some(Duration::ZERO));
+        drop(self);
+    }
+}
+
+impl ServerStream for UnixStream {
+    fn duplicate(&self) -> io::Result<Self> {
+        use std::os::fd::AsFd as _;
+        let fd = self.as_fd().try_clone_to_owned()?;
+        let std = std::os::unix::net::UnixStream::from(fd);
+        std.set_nonblocking(true)?;
+        UnixStream::from_std(std)
+    }
+
+    /// A unix socket has no reset: what the peer has not read yet stays readable. Only the local mariadbd is
+    /// reached this way, by the read-only port, which never carries a write to a master of another node.
+    fn abort(self) {
+        drop(self);
+    }
 }
 
 /// The payload length in a packet's first three bytes (little-endian); `packet` holds at least the 4-byte header.
@@ -123,9 +162,9 @@ enum ClientPhase {
 /// [`crate::statement::judge`] refuses is replaced by a `SIGNAL` so that MariaDB itself answers the client with
 /// the reason, in order with everything else it sends. A client asking for TLS or compression is refused: the
 /// proxy could not read its commands.
-async fn filter_client(
+async fn filter_client<S: AsyncWrite + Unpin>(
     client: &mut TcpStream,
-    server: &mut TcpStream,
+    server: &mut S,
     stats: &ProxyStats,
     refused_users: Option<&BTreeSet<String>>,
     moved: &mut u64,
@@ -274,7 +313,12 @@ fn signal(message: &str) -> Vec<u8> {
 /// MariaDB `ER_NOT_SUPPORTED_YET`: "This version of MariaDB doesn't yet support …".
 const ER_NOT_SUPPORTED_YET: u16 = 1235;
 
-async fn write_packet(server: &mut TcpStream, out: &mut Vec<u8>, seq: u8, payload: &[u8]) -> io::Result<u64> {
+async fn write_packet<S: AsyncWrite + Unpin>(
+    server: &mut S,
+    out: &mut Vec<u8>,
+    seq: u8,
+    payload: &[u8],
+) -> io::Result<u64> {
     // A replacement is always far below one packet's maximum; a forwarded payload is one packet already.
     let len = payload.len().min(PAYLOAD_MAX) as u32;
     out.clear();
@@ -286,9 +330,9 @@ async fn write_packet(server: &mut TcpStream, out: &mut Vec<u8>, seq: u8, payloa
 }
 
 /// Copies one packet (header already read) to the server as it is.
-async fn pass_through<R: tokio::io::AsyncRead + Unpin>(
+async fn pass_through<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     reader: &mut R,
-    server: &mut TcpStream,
+    server: &mut S,
     header: &[u8; 4],
     len: usize,
 ) -> io::Result<u64> {
@@ -308,9 +352,9 @@ struct StreamedCommand {
 /// Streams a large command (and its continuation packets) to the server, scanning it for suspect words across
 /// chunk and packet boundaries. Returns before sending the last chunk if one is found, so the server never holds
 /// the whole command.
-async fn streamed_command<R: tokio::io::AsyncRead + Unpin>(
+async fn streamed_command<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     reader: &mut R,
-    server: &mut TcpStream,
+    server: &mut S,
     header: &[u8; 4],
     mut len: usize,
     moved: &mut u64,
@@ -364,48 +408,92 @@ fn restrict_greeting(packet: &mut [u8]) {
     }
 }
 
-/// Connects to a backend mariadbd and, if asked, sends the PROXY header, all within `timeout`.
-async fn connect_backend(
-    addr: SocketAddr,
-    timeout: Duration,
-    header: Option<ProxyHeader>,
-) -> Result<TcpStream, ProxyError> {
-    let unreachable = |detail: String| ProxyError::BackendUnreachable { addr, timeout_ms: timeout.as_millis(), detail };
-    let attempt = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        // Queries and results are small packets; Nagle would hold them back.
-        stream.set_nodelay(true)?;
-        if let Some(header) = header {
-            stream.write_all(&header.encode_v1()).await?;
+/// A connected backend mariadbd, by transport.
+pub(crate) enum ServerConn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl ServerConn {
+    pub(crate) fn abort(self) {
+        match self {
+            ServerConn::Tcp(s) => s.abort(),
+            ServerConn::Unix(s) => s.abort(),
         }
-        Ok::<_, io::Error>(stream)
-    };
-    match tokio::time::timeout(timeout, attempt).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(e)) => Err(unreachable(e.to_string())),
-        Err(_) => Err(unreachable("timed out".into())),
     }
 }
 
-/// Closes `stream` with a RST instead of a FIN: bytes still queued in the kernel for it are discarded, not sent.
-/// Used on the stale master's side of a cut connection, so a statement the client sent a moment ago does not
-/// reach a master that lost its lease.
-pub(crate) fn abort(stream: TcpStream) {
-    // tokio deprecates SO_LINGER because a non-zero linger blocks in close(); a zero linger never blocks.
-    #[allow(deprecated)]
-    let _ = stream.set_linger(Some(Duration::ZERO));
-    drop(stream);
+/// [`forward`] over whichever transport the backend was reached by.
+pub(crate) async fn forward_to(
+    client: &mut TcpStream,
+    server: &mut ServerConn,
+    mode: ForwardMode,
+    stats: &ProxyStats,
+    refused_users: Option<&BTreeSet<String>>,
+) -> Forwarded {
+    match server {
+        ServerConn::Tcp(s) => forward(client, s, mode, stats, refused_users).await,
+        ServerConn::Unix(s) => forward(client, s, mode, stats, refused_users).await,
+    }
+}
+
+/// Connects to a backend mariadbd and, if asked, sends the PROXY header, all within `timeout`. MariaDB takes the
+/// header on its unix socket too when `proxy_protocol_networks` lists `localhost` (verified on 10.11: the
+/// session is then the client's `user@address`, as over TCP).
+async fn connect_backend(
+    backend: &Backend,
+    timeout: Duration,
+    header: Option<ProxyHeader>,
+) -> Result<ServerConn, ProxyError> {
+    let attempt = async {
+        let mut conn = match backend {
+            Backend::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).await?;
+                // Queries and results are small packets; Nagle would hold them back.
+                stream.set_nodelay(true)?;
+                ServerConn::Tcp(stream)
+            }
+            Backend::Unix(path) => ServerConn::Unix(UnixStream::connect(path).await?),
+        };
+        if let Some(header) = header {
+            let bytes = header.encode_v1();
+            match &mut conn {
+                ServerConn::Tcp(s) => s.write_all(&bytes).await?,
+                ServerConn::Unix(s) => s.write_all(&bytes).await?,
+            }
+        }
+        Ok::<_, io::Error>(conn)
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(unreachable(backend, timeout, e.to_string())),
+        Err(_) => Err(unreachable(backend, timeout, "timed out".into())),
+    }
+}
+
+fn unreachable(backend: &Backend, timeout: Duration, detail: String) -> ProxyError {
+    ProxyError::BackendUnreachable { backend: backend.to_string(), timeout_ms: timeout.as_millis(), detail }
 }
 
 /// Connects to a backend (PROXY header first, if given) and reads its greeting, restricted to what the proxy can
 /// forward ([`restrict_greeting`]); the client is handed over only after this.
 pub(crate) async fn open_backend(
-    addr: SocketAddr,
+    backend: &Backend,
     timeout: Duration,
     header: Option<ProxyHeader>,
-) -> Result<(TcpStream, Vec<u8>), ProxyError> {
-    let mut server = connect_backend(addr, timeout, header).await?;
-    let mut greeting = read_greeting(&mut server, addr, timeout).await?;
+) -> Result<(ServerConn, Vec<u8>), ProxyError> {
+    let mut server = connect_backend(backend, timeout, header).await?;
+    let greeting = match &mut server {
+        ServerConn::Tcp(s) => read_greeting(s, backend, timeout).await,
+        ServerConn::Unix(s) => read_greeting(s, backend, timeout).await,
+    };
+    let mut greeting = match greeting {
+        Ok(greeting) => greeting,
+        Err(e) => {
+            server.abort();
+            return Err(e);
+        }
+    };
     restrict_greeting(&mut greeting);
     Ok((server, greeting))
 }
@@ -416,8 +504,11 @@ const GREETING_BYTES_MAX: usize = 64 * 1024;
 /// Reads the backend's first packet (its handshake greeting), whole, within `timeout`. The RW port hands a client
 /// to a backend only once it has greeted: a backend that dies or is replaced before then has told the client
 /// nothing, so the client can still be held and sent to the next master instead of seeing a dropped connection.
-async fn read_greeting(server: &mut TcpStream, addr: SocketAddr, timeout: Duration) -> Result<Vec<u8>, ProxyError> {
-    let unreachable = |detail: String| ProxyError::BackendUnreachable { addr, timeout_ms: timeout.as_millis(), detail };
+async fn read_greeting<S: AsyncRead + Unpin>(
+    server: &mut S,
+    backend: &Backend,
+    timeout: Duration,
+) -> Result<Vec<u8>, ProxyError> {
     let read = async {
         let mut packet = vec![0u8; 4];
         server.read_exact(&mut packet).await?;
@@ -431,7 +522,7 @@ async fn read_greeting(server: &mut TcpStream, addr: SocketAddr, timeout: Durati
     };
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(packet)) => Ok(packet),
-        Ok(Err(e)) => Err(unreachable(format!("no greeting: {e}"))),
-        Err(_) => Err(unreachable("no greeting in time".into())),
+        Ok(Err(e)) => Err(unreachable(backend, timeout, format!("no greeting: {e}"))),
+        Err(_) => Err(unreachable(backend, timeout, "no greeting in time".into())),
     }
 }

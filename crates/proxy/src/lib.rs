@@ -49,7 +49,7 @@ pub mod statement;
 mod stats;
 pub mod wire;
 
-pub use config::{ForwardMode, ProxyConfig};
+pub use config::{Backend, ForwardMode, ProxyConfig};
 pub use error::ProxyError;
 pub use route::{LocalServer, Route};
 pub use server::{MasterCheck, PrivilegedAccounts, Proxy};

@@ -11,9 +11,9 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{abort, forward, open_backend};
+use crate::forward::{forward_to, open_backend};
 use crate::wire::{ErrPacket, ProxyHeader};
-use crate::{LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
+use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
 /// After shutdown, how long `run` waits for connection tasks to close their sockets.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
@@ -251,14 +251,14 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 let header = proxy_header(shared, &client, peer);
                 let timeout = shared.cfg.connect_timeout;
                 let open = async {
-                    let (server, greeting) = open_backend(addr, timeout, header).await?;
+                    let (server, greeting) = open_backend(&Backend::Tcp(addr), timeout, header).await?;
                     // Asked after the greeting: a yes now means the process that greeted is the serving master
                     // (or already dead), never a demoted or recovering one.
                     if let Some(check) = &shared.master_check {
                         if !check(node_id, master_version).await {
-                            abort(server);
+                            server.abort();
                             return Err(ProxyError::BackendUnreachable {
-                                addr,
+                                backend: addr.to_string(),
                                 timeout_ms: timeout.as_millis(),
                                 detail: format!("node {node_id} does not serve as master in term {master_version}"),
                             });
@@ -300,7 +300,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 if *routes.borrow() == route {
                     break (route, node_id, master_version, server, greeting);
                 }
-                abort(server);
+                server.abort();
                 if Instant::now() >= deadline {
                     shared.stats.refused_no_master();
                     refuse(client, ErrPacket::connection_failure("paxsql: no master: master changed while connecting"))
@@ -340,11 +340,11 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
     let mut client = client;
     if client.write_all(&greeting).await.is_err() {
         // The client left while it was held.
-        abort(server);
+        server.abort();
         return;
     }
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, None) => Some(done),
+        done = forward_to(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, None) => Some(done),
         why = moved_away => {
             shared.stats.cut_on_master_change();
             info!(node_id, master_version, why, "cutting connection to a former master");
@@ -354,7 +354,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
     };
     match outcome {
         Some(done) => finished(shared, done),
-        None => abort(server),
+        None => server.abort(),
     }
 }
 
@@ -367,7 +367,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
             .await;
         return;
     }
-    let backend = shared.cfg.local_backend;
+    let backend = &shared.cfg.local_backend;
     let header = proxy_header(shared, &client, peer);
     let shutdown = shutdown_requested(shared.shutdown.clone());
     tokio::pin!(shutdown);
@@ -399,7 +399,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         }
     };
     let outcome = tokio::select! {
-        done = forward(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, refused.as_deref()) => Some(done),
+        done = forward_to(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, refused.as_deref()) => Some(done),
         _ = no_longer_aligned => {
             info!("cutting a read-only connection: the local server is no longer aligned");
             None
@@ -408,7 +408,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     };
     match outcome {
         Some(done) => finished(shared, done),
-        None => abort(server),
+        None => server.abort(),
     }
 }
 

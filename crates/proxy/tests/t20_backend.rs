@@ -12,7 +12,7 @@ use common::{cli, init_tracing, opts_at, phase, source_relay, Ports, RunningProx
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable as _;
 use paxsql_mariadb_testkit::mysql_async::{self, Conn};
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions, ROOT_PASSWORD};
-use paxsql_proxy::{ProxyConfig, Route};
+use paxsql_proxy::{Backend, ProxyConfig, Route};
 
 static PORTS: Ports = Ports::new(31100);
 
@@ -79,12 +79,12 @@ async fn ro_port_proxy_protocol_and_tls_refusal() -> anyhow::Result<()> {
     let cfg = ProxyConfig {
         rw_listen: Some(PORTS.next()),
         ro_listen: Some(PORTS.next()),
-        local_backend: backend,
+        local_backend: Backend::Tcp(backend),
         proxy_protocol: true,
         ..ProxyConfig::default()
     };
     let route = Route::Master { node_id: 5, master_version: 1, addr: backend };
-    let proxy = RunningProxy::start(cfg, route).await?;
+    let proxy = RunningProxy::start(cfg, route.clone()).await?;
     let (rw, ro) = (proxy.rw.context("rw")?, proxy.ro.context("ro")?);
     // Clients reach the proxy from 127.0.0.2 through these relays.
     let ro_from_client = PORTS.next();
@@ -144,6 +144,25 @@ async fn ro_port_proxy_protocol_and_tls_refusal() -> anyhow::Result<()> {
     let run =
         cli(ro_from_client, APP_USER, APP_PASSWORD, &["--skip-ssl"], "SHOW SESSION STATUS LIKE 'Ssl_version'").await?;
     ensure!(run.success && run.stdout == "Ssl_version", "{run:?}");
+
+    phase("RO port to the local server over its unix socket (a paxsql replica takes no TCP login): same client");
+    let unix_cfg = ProxyConfig {
+        rw_listen: None,
+        ro_listen: Some(PORTS.next()),
+        local_backend: Backend::Unix(db.socket_path().to_path_buf()),
+        proxy_protocol: true,
+        ..ProxyConfig::default()
+    };
+    let unix_proxy = RunningProxy::start(unix_cfg, route).await?;
+    let ro_unix_from_client = PORTS.next();
+    source_relay(ro_unix_from_client, CLIENT_IP, unix_proxy.ro.context("ro over unix")?).await?;
+    let mut via_socket = Conn::new(opts_at(ro_unix_from_client, APP_USER, APP_PASSWORD)).await?;
+    let user: String = via_socket.query_first("SELECT USER()").await?.context("no row")?;
+    ensure!(user == "app@127.0.0.2", "USER() through the unix-socket backend = {user}");
+    let n: u64 = via_socket.query_first("SELECT COUNT(*) FROM test.t").await?.context("no row")?;
+    ensure!(n == 1);
+    drop(via_socket);
+    unix_proxy.shutdown().await?;
 
     phase("local server down: RO clients get ERR 1053 naming it");
     drop(app);

@@ -17,7 +17,7 @@ use common::{init_tracing, opts_at, phase, Ports, RunningProxy};
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable as _;
 use paxsql_mariadb_testkit::mysql_async::{self, Conn};
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions};
-use paxsql_proxy::{ProxyConfig, Route};
+use paxsql_proxy::{Backend, ProxyConfig, Route};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -47,7 +47,8 @@ async fn setup() -> anyhow::Result<Setup> {
          CREATE USER '{RAW_USER}'@'%'; GRANT INSERT ON test.* TO '{RAW_USER}'@'%'"
     ))
     .await?;
-    let cfg = ProxyConfig { rw_listen: Some(PORTS.next()), local_backend: backend, ..ProxyConfig::default() };
+    let cfg =
+        ProxyConfig { rw_listen: Some(PORTS.next()), local_backend: Backend::Tcp(backend), ..ProxyConfig::default() };
     let proxy = RunningProxy::start(cfg, Route::Master { node_id: 9, master_version: 1, addr: backend }).await?;
     let rw = proxy.rw.context("rw")?;
     Ok(Setup { db, root, proxy, rw })

@@ -285,7 +285,7 @@ impl fmt::Debug for Interrupter {
 impl Interrupter {
     fn start(cluster: &TestCluster, node: u64) -> Interrupter {
         let n = cluster.node(node);
-        let ep = Endpoint { node, host: n.host.clone(), port: n.proxy_rw_port };
+        let ep = Endpoint { node, host: n.host.clone(), port: n.proxy_rw_port, socket: None };
         let app = cluster.app.clone();
         let kills = Arc::new(AtomicU64::new(0));
         let counted = kills.clone();

@@ -29,6 +29,8 @@ pub struct Endpoint {
     pub node: u64,
     pub host: String,
     pub port: u16,
+    /// A unix socket to use instead of host:port (a node's own mariadbd: a replica refuses TCP logins).
+    pub socket: Option<std::path::PathBuf>,
 }
 
 /// The write endpoint: the proxy read-write port of the node serving the newest master term (by the nodes'
@@ -38,12 +40,13 @@ pub fn write_endpoint(nodes: &[NodeLayout], view: &ClusterView) -> Option<Endpoi
     // while that node serves under a valid lease and cuts its connections when the term ends.
     let m = view.master()?;
     let n = nodes.iter().find(|n| n.id == m)?;
-    Some(Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port })
+    Some(Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port, socket: None })
 }
 
-/// A node's own mariadbd (for reads checked on every node).
+/// A node's own mariadbd (for reads checked on every node), over its unix socket: only the master's takes TCP
+/// logins.
 pub fn node_endpoint(n: &NodeLayout) -> Endpoint {
-    Endpoint { node: n.id, host: n.host.clone(), port: n.mariadb_port }
+    Endpoint { node: n.id, host: n.host.clone(), port: n.mariadb_port, socket: Some(n.dir.join("run/mysqld.sock")) }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +107,8 @@ pub async fn connect(app: &AppAccount, ep: &Endpoint, timeout: Duration) -> Resu
         .user(Some(app.user.clone()))
         .pass(Some(app.password.clone()))
         .db_name(Some(app.database.clone()))
-        // Stay on TCP inside the namespace (mysql_async would switch to the unix socket on loopback).
+        .socket(ep.socket.as_ref().map(|p| p.to_string_lossy().into_owned()))
+        // Without one, stay on TCP inside the namespace (mysql_async would switch to a unix socket on loopback).
         .prefer_socket(false);
     match tokio::time::timeout(timeout, Conn::new(opts)).await {
         Ok(Ok(c)) => Ok(c),
@@ -602,7 +606,7 @@ pub async fn rw_probe(app: AppAccount, nodes: Vec<NodeLayout>, stop: Arc<AtomicB
         .map(|n| {
             let (app, stop) = (app.clone(), stop.clone());
             tokio::spawn(async move {
-                let ep = Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port };
+                let ep = Endpoint { node: n.id, host: n.host.clone(), port: n.proxy_rw_port, socket: None };
                 let mut seen = ProbeResult::default();
                 while !stop.load(Ordering::Relaxed) {
                     // The proxy holds a connection up to 5 s during an election.
