@@ -15,6 +15,9 @@ pub enum Command {
     /// Binlog transactions `first_seq..=last_seq` of GTID domain `domain_id`, written by the master of
     /// `master_version` (whose mariadbd runs with `server_id`), as the raw events MariaDB sent.
     AppendBinlog { master_version: u64, domain_id: u32, server_id: u32, first_seq: u64, last_seq: u64, events: Vec<u8> },
+    /// The master of `master_version`, which has stopped serving, names its successor: the term ends and the next one
+    /// belongs to `new_master` at once, whose lease starts only from a renewal of its own.
+    HandOver { master_version: u64, new_master: NodeId },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +33,7 @@ pub enum CommandDecodeError {
 const TAG_CHANGE_MASTER: u8 = 1;
 const TAG_RENEW_LEASE: u8 = 2;
 const TAG_APPEND_BINLOG: u8 = 3;
+const TAG_HAND_OVER: u8 = 4;
 
 impl Command {
     pub fn kind(&self) -> &'static str {
@@ -37,6 +41,7 @@ impl Command {
             Command::ChangeMaster { .. } => "change_master",
             Command::RenewLease { .. } => "renew_lease",
             Command::AppendBinlog { .. } => "append_binlog",
+            Command::HandOver { .. } => "hand_over",
         }
     }
 
@@ -63,6 +68,11 @@ impl Command {
                 out.extend_from_slice(&first_seq.to_le_bytes());
                 out.extend_from_slice(&last_seq.to_le_bytes());
                 out.extend_from_slice(events);
+            }
+            Command::HandOver { master_version, new_master } => {
+                out.push(TAG_HAND_OVER);
+                out.extend_from_slice(&master_version.to_le_bytes());
+                out.extend_from_slice(&new_master.to_le_bytes());
             }
         }
         out
@@ -96,6 +106,7 @@ impl Command {
                 let events = bytes.get(pos..).unwrap_or_default().to_vec();
                 return Ok(Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events });
             }
+            TAG_HAND_OVER => Command::HandOver { master_version: u64_of(take(8)?), new_master: u64_of(take(8)?) },
             other => return Err(CommandDecodeError::UnknownTag(other)),
         };
         if pos != bytes.len() {
@@ -114,6 +125,7 @@ mod tests {
         let cmds = [
             Command::ChangeMaster { expected_version: 3, expected_lease_seq: 99, new_master: 2, proposed_at_ms: 12345 },
             Command::RenewLease { master_version: u64::MAX, proposed_at_ms: 0 },
+            Command::HandOver { master_version: 9, new_master: 3 },
             Command::AppendBinlog {
                 master_version: 7,
                 domain_id: 0,

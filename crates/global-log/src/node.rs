@@ -153,6 +153,10 @@ pub struct GlobalLogNode {
     own_appends: std::collections::VecDeque<(u64, u64)>,
     /// Set when this node gives up its term on its own; drained by [`Self::take_ready`].
     term_given_up: Option<String>,
+    /// When this node proposed to hand its term over; it keeps its Paxos leadership until that is chosen.
+    handing_over_since: Option<u64>,
+    /// Local time at which each peer's status last arrived: a successor must be alive.
+    peer_seen_at: BTreeMap<NodeId, u64>,
 }
 
 impl GlobalLogNode {
@@ -200,6 +204,8 @@ impl GlobalLogNode {
             own_change_proposals: std::collections::VecDeque::new(),
             own_appends: std::collections::VecDeque::new(),
             term_given_up: None,
+            handing_over_since: None,
+            peer_seen_at: BTreeMap::new(),
             status_replies: BTreeSet::new(),
         }
     }
@@ -268,6 +274,7 @@ impl GlobalLogNode {
             PeerMessage::Paxos(m) => self.paxos.step(m),
             PeerMessage::Status { from, progress, chosen_up_to, .. } => {
                 self.peer_progress.insert(from, progress);
+                self.peer_seen_at.insert(from, self.now);
                 self.paxos.observe_peer_chosen(from, chosen_up_to);
                 // A node we do not count as a member gets no status from us otherwise: answer, so that it can
                 // catch up, see that it was removed and stop campaigning.
@@ -316,6 +323,46 @@ impl GlobalLogNode {
         // Stand back longer than any healthy member has to wait, so one of them takes over: a node resigns
         // because its database failed, and should not win the next election with the same database.
         self.backoff_until = self.now + 2 * (self.cfg.lease_ms + self.cfg.max_clock_drift_ms);
+    }
+
+    /// Gives up the master role and names the most caught-up live member its successor, through the log, so that
+    /// it takes over at once instead of after this lease runs out (plus the drift every candidate waits). The
+    /// caller has stopped serving already (its database is dead or demoted). Without a live peer, or when the
+    /// proposal cannot be made, this is [`Self::resign`]. A successor that cannot serve ignores the hand-over, and
+    /// the others stand for election as after any change of master.
+    pub fn hand_over(&mut self) -> Option<NodeId> {
+        let Ok(master_version) = self.require_master() else {
+            self.resign();
+            return None;
+        };
+        let me = self.id();
+        let fresh = 5 * self.cfg.status_interval_ms.max(1);
+        let successor = self
+            .state
+            .membership
+            .members
+            .iter()
+            .copied()
+            .filter(|m| *m != me)
+            .filter(|m| self.peer_seen_at.get(m).is_some_and(|t| self.now.saturating_sub(*t) <= fresh))
+            .max_by_key(|m| (self.peer_progress.get(m).copied().unwrap_or(0), std::cmp::Reverse(*m)));
+        let Some(successor) = successor else {
+            self.resign();
+            return None;
+        };
+        let cmd = Command::HandOver { master_version, new_master: successor };
+        if self.paxos.propose(cmd.encode()).is_err() {
+            self.resign();
+            return None;
+        }
+        // Serve no more, from now on; but stay the Paxos leader until the hand-over is chosen (stepping down
+        // drops the queue it waits in).
+        self.my_term = None;
+        self.lease_until = 0;
+        self.own_appends.clear();
+        self.backoff_until = self.now + 2 * (self.cfg.lease_ms + self.cfg.max_clock_drift_ms);
+        self.handing_over_since = Some(self.now);
+        Some(successor)
     }
 
     /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from.
@@ -388,21 +435,35 @@ impl GlobalLogNode {
     fn on_applied(&mut self, effect: &Applied) {
         let me = self.id();
         match effect {
-            Applied::MasterChanged { master, master_version, proposed_at_ms, .. } => {
+            Applied::MasterChanged { master, master_version, proposed_at_ms, handed_over, .. } => {
                 // Ours even if we gave up waiting for it: a later leader may have chosen our proposal after all,
                 // and then nobody but us can renew the term (seed 51402).
-                let ours = self.change_master_pending == Some(*proposed_at_ms)
-                    || self.own_change_proposals.contains(proposed_at_ms);
+                let ours = !handed_over
+                    && (self.change_master_pending == Some(*proposed_at_ms)
+                        || self.own_change_proposals.contains(proposed_at_ms));
                 self.own_appends.clear();
+                self.handing_over_since = None;
                 if *master == me && ours {
                     self.my_term = Some(*master_version);
                     self.lease_until = proposed_at_ms + self.cfg.lease_ms;
                     self.next_renew_at = proposed_at_ms + self.cfg.renew_interval_ms;
+                } else if *master == me && *handed_over && self.eligible {
+                    // Named by the master that stepped down. The term is ours, its lease is not yet: it starts from
+                    // a renewal we propose (at once) and see applied, exactly as for a renewal of a term we won; every
+                    // other member restarted its wait on applying this change.
+                    self.my_term = Some(*master_version);
+                    self.lease_until = 0;
+                    self.next_renew_at = 0;
+                    self.last_renewal_seen = self.now;
                 } else {
                     self.my_term = None;
                     self.last_renewal_seen = self.now;
                     if self.standing_since.is_some() {
                         self.paxos.step_down();
+                    }
+                    if *handed_over {
+                        // The successor campaigns at once; the old leader's stickiness must not hold it off.
+                        self.paxos.forget_contact();
                     }
                 }
                 self.change_master_pending = None;
@@ -452,7 +513,7 @@ impl GlobalLogNode {
     /// Ends this node's term because its log and its master's binlog can no longer agree: the master's waiting
     /// commits must never be acknowledged, and only a new term (a fresh server, its tail truncated) can go on.
     fn give_up_term(&mut self, why: String) {
-        self.resign();
+        self.hand_over();
         self.term_given_up = Some(why);
     }
 
@@ -515,6 +576,12 @@ impl GlobalLogNode {
             return;
         }
         self.my_term = None;
+        if let Some(since) = self.handing_over_since {
+            if now.saturating_sub(since) <= self.cfg.campaign_timeout_ms && self.paxos.role() != Role::Follower {
+                return;
+            }
+            self.handing_over_since = None;
+        }
         let Some(since) = self.standing_since else {
             // A member that is not standing must not lead: its ballot would lock the master out.
             if self.paxos.role() != Role::Follower {

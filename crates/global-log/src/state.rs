@@ -56,6 +56,8 @@ pub enum Applied {
         master_version: u64,
         master: NodeId,
         proposed_at_ms: u64,
+        /// Named by the previous master ([`Command::HandOver`]) rather than won by a campaign.
+        handed_over: bool,
     },
     LeaseRenewed {
         instance: Instance,
@@ -135,24 +137,17 @@ impl ReplicatedState {
             Err(reason) => {
                 let master_version = match &cmd {
                     Command::ChangeMaster { expected_version, .. } => *expected_version,
-                    Command::RenewLease { master_version, .. } | Command::AppendBinlog { master_version, .. } => {
-                        *master_version
-                    }
+                    Command::RenewLease { master_version, .. }
+                    | Command::AppendBinlog { master_version, .. }
+                    | Command::HandOver { master_version, .. } => *master_version,
                 };
                 out.push(Applied::Rejected { instance, kind, master_version, reason });
             }
             Ok(()) => match cmd {
                 Command::ChangeMaster { new_master, proposed_at_ms, .. } => {
-                    self.master_id = new_master;
-                    self.master_version += 1;
-                    self.lease_seq += 1;
-                    out.push(Applied::MasterChanged {
-                        instance,
-                        master_version: self.master_version,
-                        master: new_master,
-                        proposed_at_ms,
-                    });
+                    out.push(self.change_master(instance, new_master, proposed_at_ms, false));
                 }
+                Command::HandOver { new_master, .. } => out.push(self.change_master(instance, new_master, 0, true)),
                 Command::RenewLease { master_version, proposed_at_ms } => {
                     self.lease_seq += 1;
                     out.push(Applied::LeaseRenewed { instance, master_version, proposed_at_ms });
@@ -164,6 +159,26 @@ impl ReplicatedState {
                     out.push(Applied::BinlogAppended { instance, master_version, gtid_first, last_seq, events });
                 }
             },
+        }
+    }
+
+    /// A new term for `new_master`, won by a campaign or handed over by the previous master.
+    fn change_master(
+        &mut self,
+        instance: Instance,
+        new_master: NodeId,
+        proposed_at_ms: u64,
+        handed_over: bool,
+    ) -> Applied {
+        self.master_id = new_master;
+        self.master_version += 1;
+        self.lease_seq += 1;
+        Applied::MasterChanged {
+            instance,
+            master_version: self.master_version,
+            master: new_master,
+            proposed_at_ms,
+            handed_over,
         }
     }
 
@@ -187,6 +202,13 @@ impl ReplicatedState {
                 Ok(())
             }
             Command::RenewLease { master_version, .. } => current(*master_version),
+            Command::HandOver { master_version, new_master } => {
+                current(*master_version)?;
+                if !self.membership.contains(*new_master) {
+                    return Err(RejectReason::NotAMember { node: *new_master });
+                }
+                Ok(())
+            }
             Command::AppendBinlog { master_version, domain_id, first_seq, last_seq, .. } => {
                 current(*master_version)?;
                 if last_seq < first_seq {

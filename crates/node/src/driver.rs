@@ -42,7 +42,8 @@ pub enum Input {
     SetProgress(u64),
     /// Whether the local database can serve as master (candidacy).
     SetEligible(bool),
-    Resign,
+    /// Give up the master role (the local database failed), naming a successor ([`GlobalLogNode::hand_over`]).
+    HandOver,
     Shutdown,
 }
 
@@ -214,7 +215,10 @@ impl Driver {
             }
             Input::SetProgress(p) => self.node.set_progress(p),
             Input::SetEligible(e) => self.node.set_eligible(e),
-            Input::Resign => self.node.resign(),
+            Input::HandOver => match self.node.hand_over() {
+                Some(successor) => tracing::warn!(successor, "handing the master role over"),
+                None => tracing::warn!("resigning the master role (no live successor to hand it to)"),
+            },
             Input::Shutdown => return false,
         }
         true

@@ -173,20 +173,21 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                         Ok(no_tx) => no_tx_at_promotion = Some(no_tx),
                         Err(why) => {
                             // Stop serving at once (SIGKILL: no waiting commit may return now), then let the lease go.
-                            tracing::error!(%why, "the master's guarantees do not hold: resigning");
+                            tracing::error!(%why, "the master's guarantees do not hold: handing the master role over");
                             demote(&ctx, &mut capture, &serving).await;
-                            offer(&ctx.inbox, Input::Resign);
+                            offer(&ctx.inbox, Input::HandOver);
                             current = Current::Down;
                         }
                     }
                 }
             }
             (Current::Master(_), _) => {
-                if capture_failed {
-                    tracing::error!("capture stopped on the master: resigning the lease");
-                    offer(&ctx.inbox, Input::Resign);
-                }
+                // Killed first: a successor may serve as soon as the hand-over is chosen.
                 demote(&ctx, &mut capture, &serving).await;
+                if capture_failed {
+                    tracing::error!("capture stopped on the master: handing the master role over");
+                    offer(&ctx.inbox, Input::HandOver);
+                }
                 current = Current::Down;
             }
             (Current::Replica, true) => match promote(&ctx, &st).await {
@@ -204,8 +205,8 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                     let since = *promotion_failing_since.get_or_insert_with(Instant::now);
                     tracing::warn!(error = %e, "promotion not possible yet");
                     if since.elapsed() >= PROMOTION_PATIENCE {
-                        tracing::error!("cannot promote the local database: resigning the lease");
-                        offer(&ctx.inbox, Input::Resign);
+                        tracing::error!("cannot promote the local database: handing the master role over");
+                        offer(&ctx.inbox, Input::HandOver);
                         promotion_failing_since = None;
                     }
                 }
@@ -275,8 +276,19 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
         if matches!(current, Current::Down | Current::NeedsRebuild | Current::Unknown) {
             promotion_failing_since = None;
         }
+        // A capture that stops (the master's mariadbd died) wakes the loop at once: the hand-over waits on it.
+        let mut capture_failed_rx = capture.as_ref().map(|(_, failed)| failed.clone());
+        let capture_stopped = async {
+            match capture_failed_rx.as_mut() {
+                Some(failed) => {
+                    let _ = failed.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
         tokio::select! {
             r = status.changed() => if r.is_err() { return },
+            _ = capture_stopped => {}
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }

@@ -362,6 +362,14 @@ impl PaxosNode {
         self.step_down_because("asked to");
     }
 
+    /// Stops sticking to the proposer this acceptor last heard from (a liveness aid only): used when the log
+    /// itself names the next leader, whose prepare must not wait out the old leader's stickiness window.
+    pub fn forget_contact(&mut self) {
+        if self.last_contact.is_some_and(|(node, _)| node != self.cfg.id) {
+            self.last_contact = None;
+        }
+    }
+
     /// Whether another proposer reached this acceptor within the stickiness window: a node should not start a
     /// campaign of its own while someone else's is under way or someone leads.
     pub fn other_proposer_active(&self) -> bool {

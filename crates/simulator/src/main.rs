@@ -74,14 +74,15 @@ fn main() -> ExitCode {
     let t = &report.totals;
     println!(
         "faults injected: {} crashes, {} partitions, {} membership changes, {} rebuilds; {} masters elected ({} \
-         gave up a term whose binlog proposal was lost), {} instances chosen, {} writes acknowledged; slowest \
-         recovery after healing {} ms",
+         gave up a term whose binlog proposal was lost, {} terms handed to a named successor), {} instances \
+         chosen, {} writes acknowledged; slowest recovery after healing {} ms",
         t.crashes,
         t.partitions,
         t.reconfigurations,
         t.rebuilds,
         t.masters,
         t.terms_given_up,
+        t.hand_overs,
         t.chosen,
         t.acked,
         t.liveness_ms.unwrap_or(0)

@@ -53,6 +53,8 @@ pub struct Stats {
     pub rebuilds: u64,
     /// Masters that gave up their term because one of its binlog proposals was lost.
     pub terms_given_up: u64,
+    /// Terms a master handed to a successor it named (chosen in the log).
+    pub hand_overs: u64,
     pub sim_ms: u64,
     /// Time from healing to a new acknowledged commit with all members converged.
     pub liveness_ms: Option<u64>,
@@ -69,6 +71,7 @@ impl Stats {
         self.reconfigurations += o.reconfigurations;
         self.rebuilds += o.rebuilds;
         self.terms_given_up += o.terms_given_up;
+        self.hand_overs += o.hand_overs;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -340,6 +343,9 @@ impl Simulation {
                 self.checker.chosen(self.now, id, *instance, value)?;
             }
             for effect in &ready.applied {
+                if matches!(effect, Applied::MasterChanged { handed_over: true, master, .. } if *master == id) {
+                    self.stats.hand_overs += 1;
+                }
                 self.checker.applied(self.now, id, effect)?;
                 self.client_outcome(id, effect)?;
             }
