@@ -136,7 +136,8 @@ pub struct GlobalLogNode {
     change_master_pending: Option<u64>,
     standing_since: Option<u64>,
     backoff_until: u64,
-    peer_progress: BTreeMap<NodeId, u64>,
+    /// Each peer's last status: its database's progress, and the local time it arrived (a successor must be alive).
+    peers: BTreeMap<NodeId, PeerSeen>,
     progress_override: Option<u64>,
     /// Whether this member's database can serve as master now (false while it is down or being rebuilt).
     eligible: bool,
@@ -155,8 +156,6 @@ pub struct GlobalLogNode {
     term_given_up: Option<String>,
     /// When this node proposed to hand its term over; it keeps its Paxos leadership until that is chosen.
     handing_over_since: Option<u64>,
-    /// Local time at which each peer's status last arrived: a successor must be alive.
-    peer_seen_at: BTreeMap<NodeId, u64>,
 }
 
 impl GlobalLogNode {
@@ -194,7 +193,7 @@ impl GlobalLogNode {
             change_master_pending: None,
             standing_since: None,
             backoff_until: 0,
-            peer_progress: BTreeMap::new(),
+            peers: BTreeMap::new(),
             progress_override: None,
             eligible: true,
             last_status_sent: None,
@@ -205,7 +204,6 @@ impl GlobalLogNode {
             own_appends: std::collections::VecDeque::new(),
             term_given_up: None,
             handing_over_since: None,
-            peer_seen_at: BTreeMap::new(),
             status_replies: BTreeSet::new(),
         }
     }
@@ -273,8 +271,7 @@ impl GlobalLogNode {
         match msg {
             PeerMessage::Paxos(m) => self.paxos.step(m),
             PeerMessage::Status { from, progress, chosen_up_to, .. } => {
-                self.peer_progress.insert(from, progress);
-                self.peer_seen_at.insert(from, self.now);
+                self.peers.insert(from, PeerSeen { progress, at: self.now });
                 self.paxos.observe_peer_chosen(from, chosen_up_to);
                 // A node we do not count as a member gets no status from us otherwise: answer, so that it can
                 // catch up, see that it was removed and stop campaigning.
@@ -316,12 +313,17 @@ impl GlobalLogNode {
 
     /// Gives up the master role: stops renewing, so another member takes over once the lease runs out.
     pub fn resign(&mut self) {
+        self.stop_serving();
+        self.paxos.step_down();
+    }
+
+    /// Ends this node's term and lease at once. It then stands back longer than any healthy member has to wait, so
+    /// one of them takes over: a node gives its term up because its database failed, and should not win the next
+    /// election with the same database.
+    fn stop_serving(&mut self) {
         self.my_term = None;
         self.own_appends.clear();
         self.lease_until = 0;
-        self.paxos.step_down();
-        // Stand back longer than any healthy member has to wait, so one of them takes over: a node resigns
-        // because its database failed, and should not win the next election with the same database.
         self.backoff_until = self.now + 2 * (self.cfg.lease_ms + self.cfg.max_clock_drift_ms);
     }
 
@@ -344,8 +346,9 @@ impl GlobalLogNode {
             .iter()
             .copied()
             .filter(|m| *m != me)
-            .filter(|m| self.peer_seen_at.get(m).is_some_and(|t| self.now.saturating_sub(*t) <= fresh))
-            .max_by_key(|m| (self.peer_progress.get(m).copied().unwrap_or(0), std::cmp::Reverse(*m)));
+            .filter_map(|m| self.peers.get(&m).filter(|p| self.now.saturating_sub(p.at) <= fresh).map(|p| (m, p)))
+            .max_by_key(|(m, p)| (p.progress, std::cmp::Reverse(*m)))
+            .map(|(m, _)| m);
         let Some(successor) = successor else {
             self.resign();
             return None;
@@ -357,10 +360,7 @@ impl GlobalLogNode {
         }
         // Serve no more, from now on; but stay the Paxos leader until the hand-over is chosen (stepping down
         // drops the queue it waits in).
-        self.my_term = None;
-        self.lease_until = 0;
-        self.own_appends.clear();
-        self.backoff_until = self.now + 2 * (self.cfg.lease_ms + self.cfg.max_clock_drift_ms);
+        self.stop_serving();
         self.handing_over_since = Some(self.now);
         Some(successor)
     }
@@ -650,7 +650,7 @@ impl GlobalLogNode {
             .iter()
             .filter(|&&m| m != me)
             .filter(|m| {
-                let theirs = self.peer_progress.get(m).copied().unwrap_or(0);
+                let theirs = self.peers.get(m).map_or(0, |p| p.progress);
                 theirs > mine || (theirs == mine && **m < me)
             })
             .count() as u64
@@ -685,6 +685,13 @@ impl GlobalLogNode {
         self.rng = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
+}
+
+/// What this node last heard from a peer ([`PeerMessage::Status`]).
+#[derive(Clone, Copy, Debug)]
+struct PeerSeen {
+    progress: u64,
+    at: u64,
 }
 
 /// Appends `next` to `acc` as if both batches were written one after the other.

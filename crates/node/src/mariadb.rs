@@ -100,13 +100,9 @@ impl LocalMariaDb {
 
     /// Runs mariadbd once with `--tc-heuristic-recover=ROLLBACK`, which always exits after the recovery.
     async fn heuristic_rollback(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
-        let mut child = Command::new(&self.cfg.mariadbd)
-            .arg(format!("--defaults-file={}", self.defaults_file.display()))
-            .arg(format!("--pid-file={}", self.pid_file().display()))
+        let mut child = self
+            .mariadbd_command()
             .arg("--tc-heuristic-recover=ROLLBACK")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
             .spawn()
             .map_err(|source| MariaDbError::Spawn { binary: self.cfg.mariadbd.clone(), source })?;
         let deadline = Instant::now() + timeout;
@@ -129,9 +125,8 @@ impl LocalMariaDb {
         }
     }
 
-    async fn start_once(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
-        self.kill_stale();
-        let log_offset = self.cfg.error_log.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
+    /// mariadbd with this node's option file and pid file, its output discarded, bound to die with the node.
+    fn mariadbd_command(&self) -> Command {
         let mut cmd = Command::new(&self.cfg.mariadbd);
         cmd.arg(format!("--defaults-file={}", self.defaults_file.display()))
             .arg(format!("--pid-file={}", self.pid_file().display()))
@@ -150,6 +145,13 @@ impl LocalMariaDb {
                 Ok(())
             });
         }
+        cmd
+    }
+
+    async fn start_once(&mut self, timeout: Duration) -> Result<(), MariaDbError> {
+        self.kill_stale();
+        let log_offset = self.cfg.error_log.as_ref().and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len());
+        let mut cmd = self.mariadbd_command();
         let child = cmd.spawn().map_err(|source| MariaDbError::Spawn { binary: self.cfg.mariadbd.clone(), source })?;
         tracing::info!(pid = child.id(), "mariadbd started");
         self.child = Some(child);

@@ -437,65 +437,66 @@ pub(crate) async fn forward_to(
     }
 }
 
-/// Connects to a backend mariadbd and, if asked, sends the PROXY header, all within `timeout`. MariaDB takes the
-/// header on its unix socket too when `proxy_protocol_networks` lists `localhost` (verified on 10.11: the
-/// session is then the client's `user@address`, as over TCP).
-async fn connect_backend(
-    backend: &Backend,
-    timeout: Duration,
-    header: Option<ProxyHeader>,
-) -> Result<ServerConn, ProxyError> {
-    let attempt = async {
-        let mut conn = match backend {
-            Backend::Tcp(addr) => {
-                let stream = TcpStream::connect(addr).await?;
-                // Queries and results are small packets; Nagle would hold them back.
-                stream.set_nodelay(true)?;
-                ServerConn::Tcp(stream)
-            }
-            Backend::Unix(path) => ServerConn::Unix(UnixStream::connect(path).await?),
-        };
-        if let Some(header) = header {
-            let bytes = header.encode_v1();
-            match &mut conn {
-                ServerConn::Tcp(s) => s.write_all(&bytes).await?,
-                ServerConn::Unix(s) => s.write_all(&bytes).await?,
-            }
-        }
-        Ok::<_, io::Error>(conn)
-    };
-    match tokio::time::timeout(timeout, attempt).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(unreachable(backend, timeout, e.to_string())),
-        Err(_) => Err(unreachable(backend, timeout, "timed out".into())),
-    }
-}
-
-fn unreachable(backend: &Backend, timeout: Duration, detail: String) -> ProxyError {
-    ProxyError::BackendUnreachable { backend: backend.to_string(), timeout_ms: timeout.as_millis(), detail }
-}
-
-/// Connects to a backend (PROXY header first, if given) and reads its greeting, restricted to what the proxy can
-/// forward ([`restrict_greeting`]); the client is handed over only after this.
+/// Connects to a backend mariadbd (PROXY header first, if given) and reads its greeting, restricted to what the
+/// proxy can forward ([`restrict_greeting`]); the client is handed over only after this. MariaDB takes the header on
+/// its unix socket too when `proxy_protocol_networks` lists `localhost` (verified on 10.11: the session is then the
+/// client's `user@address`, as over TCP).
 pub(crate) async fn open_backend(
     backend: &Backend,
     timeout: Duration,
     header: Option<ProxyHeader>,
 ) -> Result<(ServerConn, Vec<u8>), ProxyError> {
-    let mut server = connect_backend(backend, timeout, header).await?;
-    let greeting = match &mut server {
-        ServerConn::Tcp(s) => read_greeting(s, backend, timeout).await,
-        ServerConn::Unix(s) => read_greeting(s, backend, timeout).await,
-    };
-    let mut greeting = match greeting {
-        Ok(greeting) => greeting,
-        Err(e) => {
-            server.abort();
-            return Err(e);
+    match backend {
+        Backend::Tcp(addr) => {
+            let connect = async {
+                let stream = TcpStream::connect(addr).await?;
+                // Queries and results are small packets; Nagle would hold them back.
+                stream.set_nodelay(true)?;
+                Ok(stream)
+            };
+            let (stream, greeting) = open_on(connect, backend, timeout, header).await?;
+            Ok((ServerConn::Tcp(stream), greeting))
         }
+        Backend::Unix(path) => {
+            let (stream, greeting) = open_on(UnixStream::connect(path), backend, timeout, header).await?;
+            Ok((ServerConn::Unix(stream), greeting))
+        }
+    }
+}
+
+/// [`open_backend`] on one transport: `connect` and the PROXY header within `timeout`, then the greeting.
+async fn open_on<S: ServerStream>(
+    connect: impl std::future::Future<Output = io::Result<S>>,
+    backend: &Backend,
+    timeout: Duration,
+    header: Option<ProxyHeader>,
+) -> Result<(S, Vec<u8>), ProxyError> {
+    let attempt = async {
+        let mut stream = connect.await?;
+        if let Some(header) = header {
+            stream.write_all(&header.encode_v1()).await?;
+        }
+        Ok::<_, io::Error>(stream)
     };
-    restrict_greeting(&mut greeting);
-    Ok((server, greeting))
+    let mut stream = match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(unreachable(backend, timeout, e.to_string())),
+        Err(_) => return Err(unreachable(backend, timeout, "timed out".into())),
+    };
+    match read_greeting(&mut stream, backend, timeout).await {
+        Ok(mut greeting) => {
+            restrict_greeting(&mut greeting);
+            Ok((stream, greeting))
+        }
+        Err(e) => {
+            stream.abort();
+            Err(e)
+        }
+    }
+}
+
+pub(crate) fn unreachable(backend: &Backend, timeout: Duration, detail: String) -> ProxyError {
+    ProxyError::BackendUnreachable { backend: backend.to_string(), timeout_ms: timeout.as_millis(), detail }
 }
 
 /// Larger than any server greeting (a few hundred bytes); a backend that announces more is not a MariaDB server.

@@ -11,7 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{forward_to, open_backend};
+use crate::forward::{forward_to, open_backend, unreachable};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -257,11 +257,11 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                     if let Some(check) = &shared.master_check {
                         if !check(node_id, master_version).await {
                             server.abort();
-                            return Err(ProxyError::BackendUnreachable {
-                                backend: addr.to_string(),
-                                timeout_ms: timeout.as_millis(),
-                                detail: format!("node {node_id} does not serve as master in term {master_version}"),
-                            });
+                            return Err(unreachable(
+                                &Backend::Tcp(addr),
+                                timeout,
+                                format!("node {node_id} does not serve as master in term {master_version}"),
+                            ));
                         }
                     }
                     Ok::<_, ProxyError>((server, greeting))
