@@ -137,13 +137,7 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
     // The master's proxy first: the library has to leave it when that node dies.
     let mut order = vec![m];
     order.extend(&survivors);
-    let endpoints: Vec<String> = order
-        .iter()
-        .map(|n| {
-            let (h, p) = c.endpoint(*n, "proxy_rw");
-            format!("{h}:{p}")
-        })
-        .collect();
+    let endpoints = c.rw_endpoints(&order);
     let master_ep = endpoints[0].clone();
     let client = Client::builder()
         .endpoints(endpoints)

@@ -45,6 +45,11 @@ impl Cluster {
         Self::start(nodes, base_port, None, |_| {})
     }
 
+    /// Like [`Cluster::up`], with more `cluster up` arguments (e.g. `--require-tls`).
+    pub fn up_with(nodes: u64, base_port: u16, args: &[&str]) -> Cluster {
+        Self::start_with(nodes, base_port, None, |_| {}, args)
+    }
+
     /// Like [`Cluster::up`], with `prepare` run on the (empty) cluster directory before `cluster up` fills it, e.g.
     /// to put a node's directories on a filesystem of the test's own.
     pub fn up_prepared(nodes: u64, base_port: u16, prepare: impl FnOnce(&Path)) -> Cluster {
@@ -65,6 +70,16 @@ impl Cluster {
     }
 
     fn start(nodes: u64, base_port: u16, netns: Option<String>, prepare: impl FnOnce(&Path)) -> Cluster {
+        Self::start_with(nodes, base_port, netns, prepare, &[])
+    }
+
+    fn start_with(
+        nodes: u64,
+        base_port: u16,
+        netns: Option<String>,
+        prepare: impl FnOnce(&Path),
+        args: &[&str],
+    ) -> Cluster {
         require_mariadb();
         let dir = tempfile::Builder::new().prefix("paxsql-cluster-").tempdir().expect("temp dir");
         prepare(dir.path());
@@ -74,6 +89,7 @@ impl Cluster {
         if netns.is_some() {
             cmd.arg("--address-per-node");
         }
+        cmd.args(args);
         let out = cmd.output().expect("run paxsql cluster up");
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
         let mut c = Cluster { dir, info: Value::Null, netns };
@@ -210,15 +226,43 @@ impl Cluster {
             let (host, port) = self.endpoint(id, which.strip_suffix("_tcp").unwrap_or(which));
             cmd.args(["--protocol=tcp", "--skip-ssl"]).arg(format!("-h{host}")).arg(format!("-P{port}"));
         }
-        let out = cmd
-            .arg(format!("-u{}", account.0))
-            .args(database)
-            .env("MYSQL_PWD", account.1)
-            .arg("-e")
-            .arg(sql)
-            .output()
-            .map_err(|e| e.to_string())?;
-        cli_outcome(out)
+        run_cli(cmd, account, database, sql)
+    }
+
+    /// `sql` through node `id`'s TCP endpoint `which` over TLS that verifies the node's certificate against the
+    /// cluster CA, as `account`; `extra` arguments go to the `mariadb` client too.
+    pub fn tls_sql(
+        &self,
+        id: u64,
+        which: &str,
+        account: (&str, &str),
+        extra: &[&str],
+        sql: &str,
+    ) -> Result<String, String> {
+        let (host, port) = self.endpoint(id, which);
+        let mut cmd = command(&self.netns, "timeout");
+        cmd.args(["10", "mariadb", "-N", "-B", "--protocol=tcp", "--ssl-verify-server-cert"])
+            .arg(format!("--ssl-ca={}", self.dir.path().join("tls/ca.pem").display()))
+            .arg(format!("-h{host}"))
+            .arg(format!("-P{port}"));
+        run_cli(cmd, account, extra, sql)
+    }
+
+    /// `host:port` of the RW port of each node in `order`.
+    pub fn rw_endpoints(&self, order: &[u64]) -> Vec<String> {
+        order
+            .iter()
+            .map(|n| {
+                let (h, p) = self.endpoint(*n, "proxy_rw");
+                format!("{h}:{p}")
+            })
+            .collect()
+    }
+
+    /// The admin SQL port's account (user, password).
+    pub fn admin_account(&self) -> (String, String) {
+        let pw = std::fs::read_to_string(self.dir.path().join("secrets/admin_sql.password")).unwrap_or_default();
+        ("paxsql".to_string(), pw.trim().to_string())
     }
 
     /// Runs SQL as root over node `id`'s unix socket with the admin password: what an operator on the machine
@@ -362,6 +406,23 @@ impl Drop for Cluster {
 }
 
 /// Ok(stdout) of a `mariadb` CLI run that succeeded, or Err(exit code and stderr).
+/// Runs a prepared `mariadb` command as `account` (the password through the environment, never the command line).
+fn run_cli<I, S>(mut cmd: Command, account: (&str, &str), extra: I, sql: &str) -> Result<String, String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = cmd
+        .arg(format!("-u{}", account.0))
+        .args(extra)
+        .env("MYSQL_PWD", account.1)
+        .arg("-e")
+        .arg(sql)
+        .output()
+        .map_err(|e| e.to_string())?;
+    cli_outcome(out)
+}
+
 fn cli_outcome(out: std::process::Output) -> Result<String, String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

@@ -62,6 +62,7 @@ struct Inner {
     proxy_cut: Counter,
     proxy_kills_softened: Counter,
     proxy_commands_refused: Counter,
+    proxy_tls_sessions: Counter,
     /// The proxy figures already counted into the counters above.
     proxy_counted: std::sync::Mutex<ProxyStatsSnapshot>,
     peer_calls_rejected: Counter,
@@ -114,6 +115,7 @@ impl Metrics {
             proxy_cut: Counter::default(),
             proxy_kills_softened: Counter::default(),
             proxy_commands_refused: Counter::default(),
+            proxy_tls_sessions: Counter::default(),
             proxy_counted: std::sync::Mutex::new(ProxyStatsSnapshot::default()),
             peer_calls_rejected: Counter::default(),
             peer_messages_dropped: Family::default(),
@@ -186,8 +188,13 @@ impl Metrics {
         r.register(
             "paxsql_proxy_commands_refused",
             "Client commands the proxy answered with an error instead of sending them (KILL inside another statement, \
-             dynamic SQL it cannot read, TLS or compression asked for)",
+             dynamic SQL it cannot read, compression asked for)",
             inner.proxy_commands_refused.clone(),
+        );
+        r.register(
+            "paxsql_proxy_tls_sessions",
+            "Client connections to the RW and RO ports that completed a TLS handshake with the proxy",
+            inner.proxy_tls_sessions.clone(),
         );
         r.register(
             "paxsql_peer_calls_rejected",
@@ -256,10 +263,12 @@ impl Metrics {
         m.proxy_cut.inc_by(new(now.cut_on_master_change, counted.cut_on_master_change));
         m.proxy_kills_softened.inc_by(new(now.kills_softened, counted.kills_softened));
         m.proxy_commands_refused.inc_by(new(now.commands_refused, counted.commands_refused));
+        m.proxy_tls_sessions.inc_by(new(now.tls_sessions, counted.tls_sessions));
         for (reason, now, before) in [
             ("no_master", now.refused_no_master, counted.refused_no_master),
             ("backend_unreachable", now.refused_backend_unreachable, counted.refused_backend_unreachable),
             ("limit", now.refused_max_connections, counted.refused_max_connections),
+            ("plaintext", now.refused_plaintext, counted.refused_plaintext),
             ("not_aligned", now.refused_not_aligned, counted.refused_not_aligned),
         ] {
             m.proxy_refused.get_or_create(&[("reason", reason)]).inc_by(new(now, before));

@@ -29,6 +29,7 @@ use crate::error::AdminError;
 use crate::login::{auth_switch_request, FirstPacket, LoginRequest, NATIVE_PASSWORD};
 use crate::query::{self, Cell, ColumnKind, Reply, SessionInfo};
 use crate::view::ClusterView;
+use paxsql_proxy::tls::{self as client_tls, ServerTls};
 
 /// The account that may log in to the admin port.
 #[derive(Clone)]
@@ -59,6 +60,8 @@ fn server_version() -> String {
 }
 
 struct Shared {
+    tls: Option<ServerTls>,
+    tls_required: bool,
     user: String,
     password_stage2: Option<[u8; 20]>,
     view: watch::Receiver<ClusterView>,
@@ -89,6 +92,8 @@ impl AdminSqlServer {
         let listener = TcpListener::bind(addr).await.map_err(|source| AdminError::Bind { addr, source })?;
         let local_addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
+            tls: None,
+            tls_required: false,
             user: auth.user,
             password_stage2: stage2(&auth.password),
             view,
@@ -96,6 +101,16 @@ impl AdminSqlServer {
         });
         info!(%local_addr, "admin SQL port listening");
         Ok(AdminSqlServer { listener, local_addr, shared })
+    }
+
+    /// Offers TLS with `tls` (clients asking for it are refused without); `required`: clients that do not ask for it
+    /// are refused. Call before [`AdminSqlServer::run`].
+    pub fn with_tls(mut self, tls: Option<ServerTls>, required: bool) -> AdminSqlServer {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.tls = tls;
+            shared.tls_required = required && shared.tls.is_some();
+        }
+        self
     }
 
     /// The bound address (useful with port 0).
@@ -178,7 +193,7 @@ fn random_salt() -> [u8; SCRAMBLE_LEN] {
 
 async fn serve_connection(
     shared: &Shared,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     id: u32,
     mut shutdown: watch::Receiver<bool>,
@@ -206,15 +221,144 @@ async fn serve_connection(
         }
     });
     let _abort = AbortOnDrop(command_loop.abort_handle());
-    let (mut session_rd, mut session_wr) = tokio::io::split(ours);
-    let (mut client_rd, mut client_wr) = stream.into_split();
-    let mut client_buf = Vec::new();
+    let (mut session_rd, session_wr) = tokio::io::split(ours);
 
+    // The greeting and the client's first packet on the bare socket: it may ask for TLS before anything else.
+    let opening = async {
+        let mut session_buf = Vec::new();
+        let (seq, greeting) =
+            read_packet(&mut session_rd, &mut session_buf, LOGIN_PACKET_MAX).await?.ok_or(AdminError::SessionGone)?;
+        let mut out = Vec::new();
+        let mut s = seq;
+        write_packet(&mut out, &mut s, &[&greeting]);
+        if shared.tls.is_some() {
+            client_tls::announce_tls(&mut out);
+        }
+        stream.write_all(&out).await?;
+        // Exactly one packet: a client asking for TLS sends its TLS hello right behind it, for the TLS layer.
+        let first = read_exact_packet(&mut stream).await?;
+        Ok::<_, AdminError>(first)
+    };
+    let first = tokio::select! {
+        r = tokio::time::timeout(LOGIN_TIMEOUT, opening) => match r {
+            Ok(r) => r?,
+            Err(_) => return Err(AdminError::LoginTimeout { seconds: LOGIN_TIMEOUT.as_secs() }),
+        },
+        _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+    };
+    let Some((seq, payload)) = first else { return Ok(()) };
+    let asks_tls = client_tls::response_capabilities(&payload) & client_tls::CLIENT_SSL != 0;
+    match (&shared.tls, asks_tls) {
+        (Some(tls), true) if client_tls::is_ssl_request(&payload) => {
+            let upgraded = tokio::select! {
+                r = tokio::time::timeout(LOGIN_TIMEOUT, tls.accept(stream)) => match r {
+                    Ok(r) => r?,
+                    Err(_) => return Err(AdminError::LoginTimeout { seconds: LOGIN_TIMEOUT.as_secs() }),
+                },
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(()),
+            };
+            let (mut client_rd, client_wr) = tokio::io::split(upgraded);
+            let login = async {
+                let mut buf = Vec::new();
+                match read_packet(&mut client_rd, &mut buf, LOGIN_PACKET_MAX).await? {
+                    Some(first) => Ok((first, buf)),
+                    None => Err(AdminError::SessionGone),
+                }
+            };
+            let (first, buf) = match tokio::time::timeout(LOGIN_TIMEOUT, login).await {
+                Ok(r) => r?,
+                Err(_) => return Err(AdminError::LoginTimeout { seconds: LOGIN_TIMEOUT.as_secs() }),
+            };
+            serve_logged_in(
+                shared,
+                salt,
+                peer,
+                id,
+                first,
+                (client_rd, client_wr, buf),
+                session_rd,
+                session_wr,
+                shutdown,
+            )
+            .await
+        }
+        (None, true) => {
+            refuse(&mut stream, seq.wrapping_add(1), 1043, "08S01", "paxsql admin: TLS is not configured on this node")
+                .await?;
+            Err(AdminError::TlsRequested)
+        }
+        (Some(_), true) => {
+            refuse(&mut stream, seq.wrapping_add(1), 1043, "08S01", "Bad handshake").await?;
+            Ok(())
+        }
+        (_, false) if shared.tls_required => {
+            let message = "paxsql admin: connections without TLS are refused on this port";
+            refuse(&mut stream, seq.wrapping_add(1), 3159, "08004", message).await?;
+            info!(conn = id, %peer, "plaintext admin login refused");
+            Ok(())
+        }
+        (_, false) => {
+            let (client_rd, client_wr) = tokio::io::split(stream);
+            serve_logged_in(
+                shared,
+                salt,
+                peer,
+                id,
+                (seq, payload),
+                (client_rd, client_wr, Vec::new()),
+                session_rd,
+                session_wr,
+                shutdown,
+            )
+            .await
+        }
+    }
+}
+
+/// Reads one whole packet without reading past it (a plain [`read_packet`] buffers what follows). `Ok(None)`: the
+/// client left before sending anything.
+async fn read_exact_packet<R: AsyncRead + Unpin>(rd: &mut R) -> Result<Option<(u8, Vec<u8>)>, AdminError> {
+    let mut header = [0u8; 4];
+    match rd.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    if len > LOGIN_PACKET_MAX {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte login packet")).into());
+    }
+    let mut payload = vec![0u8; len];
+    rd.read_exact(&mut payload).await?;
+    Ok(Some((header[3], payload)))
+}
+
+/// The login (its first packet read already) and then the command loop, on a plain or a TLS client stream.
+#[allow(clippy::too_many_arguments)]
+async fn serve_logged_in<CR, CW, SR, SW>(
+    shared: &Shared,
+    salt: [u8; SCRAMBLE_LEN],
+    peer: SocketAddr,
+    id: u32,
+    first: (u8, Vec<u8>),
+    client: (CR, CW, Vec<u8>),
+    mut session_rd: SR,
+    mut session_wr: SW,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), AdminError>
+where
+    CR: AsyncRead + Unpin,
+    CW: AsyncWrite + Unpin,
+    SR: AsyncRead + Unpin,
+    SW: AsyncWrite + Unpin,
+{
+    let (mut client_rd, mut client_wr, mut client_buf) = client;
     let login = log_in(
         shared,
         salt,
         peer,
         id,
+        first,
         &mut client_rd,
         &mut client_wr,
         &mut client_buf,
@@ -237,7 +381,10 @@ async fn serve_connection(
             if n == 0 {
                 return Ok::<(), AdminError>(());
             }
-            client_wr.lock().await.write_all(&chunk[..n]).await?;
+            let mut wr = client_wr.lock().await;
+            wr.write_all(&chunk[..n]).await?;
+            // A TLS writer holds records until flushed.
+            wr.flush().await?;
         }
     };
     let to_session = commands_to_session(&mut client_rd, &client_wr, client_buf, &mut session_wr, capabilities);
@@ -307,11 +454,13 @@ where
             _ => err_payload(1047, "08S01", "Unknown command"),
         };
         write_packet(&mut out, &mut s, &[&answer]);
-        client_wr.lock().await.write_all(&out).await?;
+        let mut wr = client_wr.lock().await;
+        wr.write_all(&out).await?;
+        wr.flush().await?;
     }
 }
 
-/// Runs the login: forwards the greeting, checks the client's password (with an auth switch if the client started
+/// Runs the login from its first packet: checks the client's password (with an auth switch if the client started
 /// with another plugin), and on success hands opensrv the verified login and forwards its answer. Returns the
 /// client's capability flags once it is logged in; `Ok(None)`: the
 /// client was refused (and told why) or left.
@@ -321,6 +470,7 @@ async fn log_in<CR, CW, SR, SW>(
     salt: [u8; SCRAMBLE_LEN],
     peer: SocketAddr,
     id: u32,
+    first: (u8, Vec<u8>),
     client_rd: &mut CR,
     client_wr: &mut CW,
     client_buf: &mut Vec<u8>,
@@ -335,19 +485,14 @@ where
 {
     let mut session_buf = Vec::new();
     let mut out = Vec::new();
-    let (seq, greeting) =
-        read_packet(session_rd, &mut session_buf, LOGIN_PACKET_MAX).await?.ok_or(AdminError::SessionGone)?;
-    let mut s = seq;
-    write_packet(&mut out, &mut s, &[&greeting]);
-    client_wr.write_all(&out).await?;
-
-    let Some((seq, payload)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(None) };
+    let (seq, payload) = first;
     let mut next_seq = seq.wrapping_add(1);
     let login = match LoginRequest::decode(&payload)? {
         FirstPacket::Login(login) => login,
+        // Told apart before the login: a TLS request here is a full response claiming TLS without a handshake.
         FirstPacket::TlsRequest => {
-            refuse(client_wr, next_seq, 1043, "08S01", "paxsql admin: TLS is not offered on this port").await?;
-            return Err(AdminError::TlsRequested);
+            refuse(client_wr, next_seq, 1043, "08S01", "Bad handshake").await?;
+            return Ok(None);
         }
         FirstPacket::Protocol320 => {
             refuse(client_wr, next_seq, 1043, "08S01", "Bad handshake: protocol 4.1 required").await?;
@@ -359,6 +504,7 @@ where
         let mut s = next_seq;
         write_packet(&mut out, &mut s, &[&auth_switch_request(&salt)]);
         client_wr.write_all(&out).await?;
+        client_wr.flush().await?;
         let Some((seq, token)) = read_packet(client_rd, client_buf, LOGIN_PACKET_MAX).await? else { return Ok(None) };
         next_seq = seq.wrapping_add(1);
         token
@@ -385,6 +531,7 @@ where
     out.clear();
     write_packet(&mut out, &mut next_seq, &[&answer]);
     client_wr.write_all(&out).await?;
+    client_wr.flush().await?;
     if answer.first() == Some(&0xFF) {
         // The database the client asked for does not exist; MariaDB ends such a login too.
         return Ok(None);

@@ -20,7 +20,7 @@ use paxsql_peer_transport::TlsConfig;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::pki::ClusterPki;
+use crate::pki::{client_holder, ClusterPki};
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
@@ -40,10 +40,14 @@ pub enum ClusterCommand {
         /// inside a network namespace of their own); default: every node on 127.0.0.1.
         #[arg(long)]
         address_per_node: bool,
-        /// Peer links in plaintext, the cluster secret in clear on the wire. Default: mutual TLS with a CA and
-        /// per-node certificates made for this cluster in `--dir`/tls.
-        #[arg(long)]
+        /// No TLS anywhere: peer links in plaintext (the cluster secret in clear on the wire) and client ports
+        /// without a certificate. Default: a CA made for this cluster in `--dir`/tls, mutual TLS between members,
+        /// and TLS offered on every node's RW, RO and admin ports.
+        #[arg(long, conflicts_with = "require_tls")]
         no_tls: bool,
+        /// Refuse clients that do not use TLS on the RW, RO and admin ports.
+        #[arg(long)]
+        require_tls: bool,
     },
     /// Stop every process of the cluster in `--dir`.
     Down {
@@ -61,8 +65,13 @@ pub enum ClusterCommand {
 
 pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
     match cmd {
-        ClusterCommand::Up { nodes, dir, base_port, timeout, address_per_node, no_tls } => {
-            up(nodes, &dir, base_port, Duration::from_secs(timeout), address_per_node, !no_tls)
+        ClusterCommand::Up { nodes, dir, base_port, timeout, address_per_node, no_tls, require_tls } => {
+            let tls = match (no_tls, require_tls) {
+                (true, _) => TlsMode::Off,
+                (false, false) => TlsMode::Offered,
+                (false, true) => TlsMode::Required,
+            };
+            up(nodes, &dir, base_port, Duration::from_secs(timeout), address_per_node, tls)
         }
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
@@ -95,6 +104,21 @@ struct ClusterFile {
     /// Whether the peer links run mutual TLS with the certificates in `tls/`.
     #[serde(default)]
     tls: bool,
+    /// Whether the client ports offer TLS (`tls/node-<id>-clients.pem`), and whether they require it.
+    #[serde(default)]
+    client_tls: bool,
+    #[serde(default)]
+    client_tls_required: bool,
+}
+
+/// TLS of a local cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TlsMode {
+    Off,
+    /// Peers: mutual TLS; clients: offered.
+    Offered,
+    /// Peers: mutual TLS; clients: required.
+    Required,
 }
 
 fn default_host() -> String {
@@ -202,7 +226,14 @@ fn my_cnf(n: &NodeLayout) -> String {
     )
 }
 
-fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str, tls: Option<&TlsConfig>) -> String {
+fn node_toml(
+    n: &NodeLayout,
+    all: &[NodeLayout],
+    dir: &Path,
+    cluster_id: &str,
+    tls: Option<&TlsConfig>,
+    client_tls: Option<(&TlsConfig, bool)>,
+) -> String {
     let d = n.dir.display();
     let s = dir.join("secrets");
     let mut out = format!(
@@ -246,6 +277,13 @@ fn node_toml(n: &NodeLayout, all: &[NodeLayout], dir: &Path, cluster_id: &str, t
             tls.cert.display(),
             tls.key.display(),
             tls.ca.display()
+        );
+    }
+    if let Some((tls, require)) = client_tls {
+        out += &format!(
+            "\n[client_tls]\ncert = \"{}\"\nkey = \"{}\"\nrequire = {require}\n",
+            tls.cert.display(),
+            tls.key.display()
         );
     }
     for m in all {
@@ -386,7 +424,15 @@ fn load(dir: &Path) -> anyhow::Result<ClusterFile> {
     Ok(serde_json::from_str(&text)?)
 }
 
-fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bool, tls: bool) -> anyhow::Result<()> {
+fn up(
+    count: u64,
+    dir: &Path,
+    base: u16,
+    timeout: Duration,
+    address_per_node: bool,
+    mode: TlsMode,
+) -> anyhow::Result<()> {
+    let tls = mode != TlsMode::Off;
     if ![3, 5].contains(&count) && count != 1 {
         bail!("--nodes must be 3 or 5 (or 1 for a single-node trial)");
     }
@@ -414,6 +460,8 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
         app_database: "app".into(),
         nodes: nodes.clone(),
         tls,
+        client_tls: tls,
+        client_tls_required: mode == TlsMode::Required,
     };
     let pki = tls.then(|| ClusterPki::at(&dir.join("tls")));
     if let Some(pki) = &pki {
@@ -427,7 +475,9 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
         eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
         let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{}", n.id)));
-        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id, node_tls.as_ref()))?;
+        let client_tls = pki.as_ref().map(|p| p.tls(&client_holder(n.id)));
+        let client_tls = client_tls.as_ref().map(|t| (t, file.client_tls_required));
+        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id, node_tls.as_ref(), client_tls))?;
     }
     for n in &nodes {
         let pid = spawn_node(n)?;
@@ -441,10 +491,18 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
     println!(
         "Connect through any node's proxy (read-write port: forwarded to the current master, also after a failover):"
     );
+    // Verifying the node's certificate against the cluster CA: the proxy terminates TLS, so the name checked is the
+    // node dialled, whichever node's mariadbd serves behind it.
+    let verify = pki.as_ref().map(|p| format!(" --ssl-verify-server-cert --ssl-ca={}", p.ca().display()));
     for n in &nodes {
         println!(
-            "  mariadb -h{} -P{} -u{} -p'{}' {}",
-            n.host, n.proxy_rw_port, file.app_user, file.app_password, file.app_database
+            "  mariadb -h{} -P{} -u{} -p'{}'{} {}",
+            n.host,
+            n.proxy_rw_port,
+            file.app_user,
+            file.app_password,
+            verify.as_deref().unwrap_or(""),
+            file.app_database
         );
     }
     println!(
@@ -460,6 +518,13 @@ fn up(count: u64, dir: &Path, base: u16, timeout: Duration, address_per_node: bo
             pki.tls("operator").cert.display()
         ),
         None => println!("Peer links: plaintext (--no-tls): the cluster secret crosses the network in clear"),
+    }
+    match mode {
+        TlsMode::Off => println!("Client ports: no TLS (--no-tls)"),
+        TlsMode::Offered => {
+            println!("Client ports (RW, RO, admin): TLS offered, certificates in {}/tls", dir.display())
+        }
+        TlsMode::Required => println!("Client ports (RW, RO, admin): TLS required (--require-tls)"),
     }
     println!("Status:  paxsql cluster status --dir {} [--json]", dir.display());
     println!("Stop:    paxsql cluster down --dir {}", dir.display());

@@ -1,6 +1,7 @@
 //! The certificates `cluster up` makes for a cluster: one CA, a certificate per member naming it
-//! (`node-<id>.paxsql`, the identity its peers verify, plus the address it listens on) and one for operators'
-//! tools. Private keys are written 0600 from their creation; the CA key stays in the cluster directory so that a
+//! (`node-<id>.paxsql`, the identity its peers verify, plus the address it listens on), one for operators'
+//! tools, and per node a server certificate for its client ports (`node-<id>-clients`: the node's client address
+//! and `localhost`, server use only, so a key on the client-facing side can never speak as a member). Private keys are written 0600 from their creation; the CA key stays in the cluster directory so that a
 //! node added later can be certified by the same CA.
 
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ impl ClusterPki {
         self.dir.join("ca.pem")
     }
 
-    /// The certificate and key of `holder` (`node-<id>` or `operator`), trusting the cluster CA.
+    /// The certificate and key of `holder` (`node-<id>`, `node-<id>-clients` or `operator`), trusting the cluster CA.
     pub fn tls(&self, holder: &str) -> TlsConfig {
         TlsConfig {
             cert: self.dir.join(format!("{holder}.pem")),
@@ -65,6 +66,9 @@ impl ClusterPki {
             .map(|(id, address)| (format!("node-{id}"), vec![member_name(*id), address.clone(), "localhost".into()]))
             .collect();
         holders.push(("operator".into(), vec![OPERATOR_NAME.into()]));
+        holders.extend(
+            members.iter().map(|(id, address)| (client_holder(*id), vec![address.clone(), "localhost".into()])),
+        );
         for (holder, names) in holders {
             let mut params = CertificateParams::new(names.clone())?;
             params.distinguished_name = name(&names[0]);
@@ -72,6 +76,8 @@ impl ClusterPki {
             // A member is server (its peer port) and client (its links to the others); the operator only client.
             params.extended_key_usages = if holder == "operator" {
                 vec![ExtendedKeyUsagePurpose::ClientAuth]
+            } else if holder.ends_with("-clients") {
+                vec![ExtendedKeyUsagePurpose::ServerAuth]
             } else {
                 vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
             };
@@ -84,6 +90,11 @@ impl ClusterPki {
         }
         Ok(())
     }
+}
+
+/// The holder name of node `id`'s client-port certificate.
+pub fn client_holder(id: u64) -> String {
+    format!("node-{id}-clients")
 }
 
 fn name(common_name: &str) -> DistinguishedName {

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::{FromRow, Queryable};
-use mysql_async::{Conn, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts};
+use mysql_async::{ClientIdentity, Conn, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts, SslOpts};
 
 use crate::{Error, Stage, Transaction};
 
@@ -31,6 +31,14 @@ pub struct ClientBuilder {
     backoff_min: Duration,
     backoff_max: Duration,
     pool_max: usize,
+    tls: Option<TlsSettings>,
+}
+
+/// TLS towards the nodes: the CA their certificates are checked against, and optionally this client's own.
+#[derive(Debug, Clone)]
+struct TlsSettings {
+    ca: std::path::PathBuf,
+    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for ClientBuilder {
@@ -45,6 +53,7 @@ impl Default for ClientBuilder {
             backoff_min: DEFAULT_BACKOFF_MIN,
             backoff_max: DEFAULT_BACKOFF_MAX,
             pool_max: DEFAULT_POOL_MAX,
+            tls: None,
         }
     }
 }
@@ -106,6 +115,22 @@ impl ClientBuilder {
         self
     }
 
+    /// Connects with TLS and verifies each node's certificate against the CA in `ca` (PEM) and the host name of
+    /// its endpoint. A paxsql proxy terminates TLS itself, so the certificate checked is the dialled node's,
+    /// whichever node's mariadbd serves behind it: a failover needs no new configuration.
+    pub fn tls_ca(mut self, ca: impl Into<std::path::PathBuf>) -> Self {
+        let identity = self.tls.take().and_then(|t| t.identity);
+        self.tls = Some(TlsSettings { ca: ca.into(), identity });
+        self
+    }
+
+    /// This client's certificate chain and key (PEM), for servers that ask for one. Needs [`ClientBuilder::tls_ca`].
+    pub fn tls_identity(mut self, cert: impl Into<std::path::PathBuf>, key: impl Into<std::path::PathBuf>) -> Self {
+        let ca = self.tls.take().map(|t| t.ca).unwrap_or_default();
+        self.tls = Some(TlsSettings { ca, identity: Some((cert.into(), key.into())) });
+        self
+    }
+
     /// Checks the configuration and builds the client. Connects lazily: the first operation finds the master.
     pub fn build(self) -> Result<Client, Error> {
         if self.endpoints.is_empty() {
@@ -117,6 +142,24 @@ impl ClientBuilder {
         if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
             return Err(Error::InvalidConfig("backoff: need 0 < min <= max".into()));
         }
+        let ssl_opts = match &self.tls {
+            Some(t) if t.ca.as_os_str().is_empty() => {
+                return Err(Error::InvalidConfig("tls_identity needs tls_ca: the CA that signs the nodes".into()))
+            }
+            Some(t) => {
+                if let Err(e) = std::fs::metadata(&t.ca) {
+                    return Err(Error::InvalidConfig(format!("tls_ca {}: {e}", t.ca.display())));
+                }
+                let opts = SslOpts::default().with_root_certs(vec![t.ca.clone().into()]);
+                Some(match &t.identity {
+                    Some((cert, key)) => {
+                        opts.with_client_identity(Some(ClientIdentity::new(cert.clone().into(), key.clone().into())))
+                    }
+                    None => opts,
+                })
+            }
+            None => None,
+        };
         let mut endpoints = Vec::with_capacity(self.endpoints.len());
         for addr in &self.endpoints {
             let (host, port) = split_host_port(addr)?;
@@ -130,6 +173,7 @@ impl ClientBuilder {
                 .db_name(self.database.clone())
                 // On loopback mysql_async would otherwise switch to the server's unix socket, around the proxy.
                 .prefer_socket(false)
+                .ssl_opts(ssl_opts.clone())
                 .pool_opts(PoolOpts::default().with_constraints(constraints));
             endpoints.push(Endpoint { addr: addr.clone(), opts });
         }
@@ -485,7 +529,8 @@ impl Client {
     }
 }
 
-/// Errors that no failover cures: wrong password, unknown database. Retrying them would only hide them.
+/// Errors that no failover cures: wrong password, unknown database, a certificate that does not verify against the
+/// configured CA. Retrying them would only hide them.
 fn fatal_login_error(endpoint: &str, e: &mysql_async::Error) -> Option<Error> {
     const ER_DBACCESS_DENIED: u16 = 1044;
     const ER_ACCESS_DENIED: u16 = 1045;
@@ -494,9 +539,20 @@ fn fatal_login_error(endpoint: &str, e: &mysql_async::Error) -> Option<Error> {
         mysql_async::Error::Server(s) if [ER_DBACCESS_DENIED, ER_ACCESS_DENIED, ER_BAD_DB].contains(&s.code) => {
             Some(Error::Server { endpoint: endpoint.to_string(), source: s.clone() })
         }
+        mysql_async::Error::Io(mysql_async::IoError::Tls(t)) => Some(tls_failed(endpoint, t)),
+        // The handshake's verdict comes back from tokio-rustls as an io::Error carrying the rustls error.
+        mysql_async::Error::Io(mysql_async::IoError::Io(io))
+            if io.get_ref().is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()) =>
+        {
+            Some(tls_failed(endpoint, io))
+        }
         _ => None,
     }
 }
+fn tls_failed(endpoint: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::InvalidConfig(format!("TLS with {endpoint} failed (check tls_ca and the node's address): {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,6 +210,21 @@ fn default_repl_user() -> String {
 /// node (the certificate names `node-<node_id>.paxsql`), `ca` that signs every member's certificate.
 pub use paxsql_peer_transport::TlsConfig;
 
+/// `[client_tls]`: the certificate this node's client-facing ports (proxy RW and RO, admin SQL) offer. The proxy
+/// terminates TLS (the `paxsql_proxy::tls` module says why), so the certificate names this node's client address;
+/// whichever node's mariadbd serves behind it, the client verifies the node it dialled.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key (mode 0600).
+    pub key: PathBuf,
+    /// Refuse clients that do not ask for TLS on the proxy and admin ports. Default false.
+    #[serde(default)]
+    pub require: bool,
+}
+
 /// `node.toml`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -237,6 +252,7 @@ pub struct NodeConfig {
     #[serde(default)]
     pub admin: AdminSettings,
     pub tls: Option<TlsConfig>,
+    pub client_tls: Option<ClientTlsConfig>,
 }
 
 impl NodeConfig {
@@ -453,6 +469,16 @@ admin_password_file = "/tmp/n1/admin.pw"
         assert!(NodeConfig::parse(&wrong_peer).is_err());
         let wan = GOOD.replace("data_dir", "profile = \"wan\"\ndata_dir");
         assert_eq!(NodeConfig::parse(&wan).unwrap().timing().lease_ms, 6000);
+    }
+
+    #[test]
+    fn client_tls_section_parses_and_refuses_unknown_keys() {
+        let with =
+            format!("{GOOD}\n[client_tls]\ncert = \"/c/client-1.pem\"\nkey = \"/c/client-1.key\"\nrequire = true\n");
+        let cfg = NodeConfig::parse(&with).unwrap();
+        assert_eq!(cfg.client_tls.as_ref().map(|t| t.require), Some(true));
+        let unknown = format!("{GOOD}\n[client_tls]\ncert = \"/c\"\nkey = \"/k\"\nca = \"/c/ca.pem\"\n");
+        assert!(NodeConfig::parse(&unknown).is_err());
     }
 
     #[test]

@@ -88,6 +88,15 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let secret = cfg.read_cluster_secret()?;
     let repl_password = NodeConfig::read_password(&cfg.mariadb.replication_password_file)?;
     let admin_password = NodeConfig::read_password(&cfg.mariadb.admin_password_file)?;
+    // Before anything starts: a certificate that cannot be used stops the node with the file's name.
+    let client_tls = match &cfg.client_tls {
+        Some(t) => Some(
+            paxsql_proxy::ServerTls::load(&t.cert, &t.key)
+                .map_err(|e| NodeError::Other(format!("[client_tls]: {e}")))?,
+        ),
+        None => None,
+    };
+    let client_tls_required = cfg.client_tls.as_ref().is_some_and(|t| t.require);
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| NodeError::Other(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
     // Before any port or file is touched: a second node on this directory must change nothing.
@@ -194,6 +203,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             hold_during_election: Duration::from_millis(cfg.proxy.hold_during_election_ms),
             proxy_protocol: cfg.proxy.proxy_protocol,
             max_connections: cfg.proxy.max_connections,
+            tls: client_tls.clone(),
+            tls_required: client_tls_required,
             ..ProxyConfig::default()
         };
         let check = master_check(cfg.node_id, serving.clone(), &ctx.donors, pcfg.connect_timeout)?;
@@ -230,6 +241,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         let stop_admin = shutdown.clone();
         let server = AdminSqlServer::bind(addr, auth, view_rx.clone())
             .await
+            .map(|server| server.with_tls(client_tls.clone(), client_tls_required))
             .map_err(|e| NodeError::Other(format!("admin SQL port {addr}: {e}")))?;
         admin_tasks.push(tokio::spawn(async move {
             let _ = server.run(stop_admin).await;

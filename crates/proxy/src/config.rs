@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::ProxyError;
+use crate::{ProxyError, ServerTls};
 
 /// How forwarded bytes are moved between client and server sockets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,6 +54,10 @@ pub struct ProxyConfig {
     pub max_connections: usize,
     /// How bytes are forwarded.
     pub forward_mode: ForwardMode,
+    /// The certificate both ports offer to clients; `None`: no TLS, and a client asking for it is refused.
+    pub tls: Option<ServerTls>,
+    /// Refuse clients that do not ask for TLS (needs `tls`).
+    pub tls_required: bool,
 }
 
 impl Default for ProxyConfig {
@@ -67,6 +71,8 @@ impl Default for ProxyConfig {
             proxy_protocol: false,
             max_connections: 4096,
             forward_mode: ForwardMode::Splice,
+            tls: None,
+            tls_required: false,
         }
     }
 }
@@ -83,6 +89,9 @@ impl ProxyConfig {
         }
         if self.max_connections == 0 || self.max_connections > u32::MAX as usize {
             return invalid("max_connections must be in 1..=4294967295");
+        }
+        if self.tls_required && self.tls.is_none() {
+            return invalid("tls_required is set but no certificate is configured");
         }
         if self.rw_listen.is_some() && self.rw_listen == self.ro_listen && self.rw_listen.is_some_and(|a| a.port() != 0)
         {

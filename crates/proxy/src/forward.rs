@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -10,6 +11,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tracing::{info, warn};
 
 use crate::statement::{self, Verdict};
+use crate::tls::{self, ServerTls};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, ForwardMode, ProxyError, ProxyStats};
 
@@ -24,41 +26,83 @@ pub(crate) struct Forwarded {
     pub error: Option<io::Error>,
 }
 
+/// A client connection once its login went through: plaintext, or TLS terminated by the proxy.
+pub(crate) enum ClientConn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
 /// Forwards both ways until both sides have closed (or one fails). Half-closes pass through, like
 /// `copy_bidirectional`: MariaDB clients send `COM_QUIT` and close, then the server closes too.
 ///
-/// The server's bytes go to the client untouched (`mode`). The client's go through [`filter_client`], packet by
-/// packet, so that no command can interrupt a commit waiting for its majority.
-/// `refused_users`: user names whose login is answered with an error instead of being sent on (the RO port's
-/// privileged accounts).
+/// The server's bytes go to the client untouched (`mode`; a TLS client's through the proxy's TLS session, with the
+/// sequence ids of the login's remaining packets moved up by one, see [`server_to_tls_client`]). The client's go
+/// through [`filter_client`], packet by packet, so that no command can interrupt a commit waiting for its majority.
+/// `refused_users`: user names whose change of user is answered with an error (the RO port's privileged accounts).
 pub(crate) async fn forward<S: ServerStream>(
-    client: &mut TcpStream,
+    client: ClientConn,
     server: &mut S,
     mode: ForwardMode,
     stats: &ProxyStats,
     refused_users: Option<&BTreeSet<String>>,
 ) -> Forwarded {
-    let (mut server_rd, mut client_wr) = match (server.duplicate(), client.duplicate()) {
-        (Ok(s), Ok(c)) => (s, c),
-        (Err(e), _) | (_, Err(e)) => return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
-    };
-    let s2c = async {
-        let moved = match mode {
-            ForwardMode::Splice => tokio_splice2::copy(&mut server_rd, &mut client_wr).await.map(|t| t.tx as u64),
-            ForwardMode::Copy => {
-                let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut server_rd);
-                tokio::io::copy_buf(&mut reader, &mut client_wr).await
-            }
-        }?;
-        client_wr.shutdown().await?;
-        Ok::<_, io::Error>(moved)
-    };
-    let c2s = async {
-        let mut moved = 0u64;
-        filter_client(client, server, stats, refused_users, &mut moved).await?;
-        server.shutdown().await?;
-        Ok::<_, io::Error>(moved)
-    };
+    match client {
+        ClientConn::Plain(mut client) => {
+            let (mut server_rd, mut client_wr) = match (server.duplicate(), client.duplicate()) {
+                (Ok(s), Ok(c)) => (s, c),
+                (Err(e), _) | (_, Err(e)) => {
+                    return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) }
+                }
+            };
+            let s2c = async {
+                let moved = match mode {
+                    ForwardMode::Splice => {
+                        tokio_splice2::copy(&mut server_rd, &mut client_wr).await.map(|t| t.tx as u64)
+                    }
+                    ForwardMode::Copy => {
+                        let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut server_rd);
+                        tokio::io::copy_buf(&mut reader, &mut client_wr).await
+                    }
+                }?;
+                client_wr.shutdown().await?;
+                Ok::<_, io::Error>(moved)
+            };
+            let c2s = async {
+                let mut moved = 0u64;
+                filter_client(&mut client, server, stats, refused_users, None, &mut moved).await?;
+                server.shutdown().await?;
+                Ok::<_, io::Error>(moved)
+            };
+            both_ways(s2c, c2s).await
+        }
+        ClientConn::Tls(client) => {
+            let mut server_rd = match server.duplicate() {
+                Ok(s) => s,
+                Err(e) => return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
+            };
+            let (mut client_rd, mut client_wr) = tokio::io::split(*client);
+            let login_done = AtomicBool::new(false);
+            let s2c = async {
+                let moved = server_to_tls_client(&mut server_rd, &mut client_wr, &login_done).await?;
+                client_wr.shutdown().await?;
+                Ok::<_, io::Error>(moved)
+            };
+            let c2s = async {
+                let mut moved = 0u64;
+                filter_client(&mut client_rd, server, stats, refused_users, Some(&login_done), &mut moved).await?;
+                server.shutdown().await?;
+                Ok::<_, io::Error>(moved)
+            };
+            both_ways(s2c, c2s).await
+        }
+    }
+}
+
+/// Runs both directions until both are done or one fails.
+async fn both_ways(
+    s2c: impl std::future::Future<Output = io::Result<u64>>,
+    c2s: impl std::future::Future<Output = io::Result<u64>>,
+) -> Forwarded {
     tokio::pin!(s2c, c2s);
     let (mut s2c_done, mut c2s_done) = (None, None);
     let error = loop {
@@ -77,6 +121,52 @@ pub(crate) async fn forward<S: ServerStream>(
         }
     };
     Forwarded { client_to_server: c2s_done.unwrap_or(0), server_to_client: s2c_done.unwrap_or(0), error }
+}
+
+/// Largest server packet before the login ends (auth switch, auth data, OK or ERR): a few hundred bytes in practice.
+const LOGIN_PACKET_MAX: usize = 64 * 1024;
+
+/// Server → TLS client. The client counted one packet more than the server (its `SSLRequest`, which the proxy kept
+/// to itself), so until the login ends every server packet's sequence id goes up by one, and the client's down by
+/// one ([`filter_client`]). The login ends with the server's OK (0x00) or ERR (0xFF); from then on each command
+/// starts again at 0 on both sides, and bytes are copied as they come. `login_done` is set before that OK reaches
+/// the client, so the client's first command — sent only after it — is never shifted.
+async fn server_to_tls_client<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    server: &mut R,
+    client: &mut W,
+    login_done: &AtomicBool,
+) -> io::Result<u64> {
+    let mut moved = 0u64;
+    let mut packet = Vec::new();
+    loop {
+        let mut header = [0u8; 4];
+        match server.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(moved),
+            Err(e) => return Err(e),
+        }
+        let len = payload_len(&header);
+        if len > LOGIN_PACKET_MAX {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte packet during the login")));
+        }
+        packet.clear();
+        packet.extend_from_slice(&header);
+        packet.resize(4 + len, 0);
+        server.read_exact(&mut packet[4..]).await?;
+        packet[3] = header[3].wrapping_add(1);
+        let last = matches!(packet.get(4), Some(0x00 | 0xFF));
+        if last {
+            login_done.store(true, Ordering::Release);
+        }
+        client.write_all(&packet).await?;
+        client.flush().await?;
+        moved += packet.len() as u64;
+        if last {
+            break;
+        }
+    }
+    let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, server);
+    Ok(moved + tokio::io::copy_buf(&mut reader, client).await?)
 }
 
 /// A connection to a mariadbd (or a client's): what forwarding needs of a TCP or a unix stream.
@@ -144,33 +234,32 @@ const COM_CHANGE_USER: u8 = 0x11;
 /// `COM_MULTI` (MariaDB 10.2–10.5): carries other commands inside; refused so none can slip past.
 const COM_MULTI: u8 = 0xfe;
 const CLIENT_COMPRESS: u32 = 0x20;
-const CLIENT_SSL: u32 = 0x800;
 
-/// Where the client's packet stream is.
+/// Where the client's packet stream is, after its login packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ClientPhase {
-    /// Before the handshake response: the first packet says which capabilities the client takes.
-    Handshake,
     /// Commands (sequence id 0) and the packets of multi-round exchanges (auth switch, change user).
     Commands,
     /// `LOAD DATA LOCAL INFILE` content after a `COM_QUERY`: raw packets until an empty one.
     FileContent,
 }
 
-/// Client → server, packet by packet. Commands that could interrupt a waiting commit are made harmless:
-/// `KILL …` becomes `KILL SOFT …`, `COM_PROCESS_KILL` becomes `KILL SOFT CONNECTION n`, and what
-/// [`crate::statement::judge`] refuses is replaced by a `SIGNAL` so that MariaDB itself answers the client with
-/// the reason, in order with everything else it sends. A client asking for TLS or compression is refused: the
-/// proxy could not read its commands.
-async fn filter_client<S: AsyncWrite + Unpin>(
-    client: &mut TcpStream,
+/// Client → server, packet by packet, once [`log_in`] has sent the login packet. Commands that could interrupt a
+/// waiting commit are made harmless: `KILL …` becomes `KILL SOFT …`, `COM_PROCESS_KILL` becomes `KILL SOFT
+/// CONNECTION n`, and what [`crate::statement::judge`] refuses is replaced by a `SIGNAL` so that MariaDB itself
+/// answers the client with the reason, in order with everything else it sends.
+/// `tls_login`: for a TLS client, set once the server ended the login; until then the client's packets (auth
+/// switch answers) are one sequence id ahead of the server's count (see [`server_to_tls_client`]).
+async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
+    client: &mut R,
     server: &mut S,
     stats: &ProxyStats,
     refused_users: Option<&BTreeSet<String>>,
+    tls_login: Option<&AtomicBool>,
     moved: &mut u64,
 ) -> io::Result<()> {
     let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut *client);
-    let mut phase = ClientPhase::Handshake;
+    let mut phase = ClientPhase::Commands;
     let mut last_command = 0u8;
     let mut out = Vec::with_capacity(256);
     // One buffer for every command of the connection, not an allocation per query.
@@ -184,6 +273,11 @@ async fn filter_client<S: AsyncWrite + Unpin>(
         }
         reader.read_exact(&mut header[1..]).await?;
         let len = payload_len(&header);
+        if tls_login.is_some_and(|done| !done.load(Ordering::Acquire)) {
+            header[3] = header[3].wrapping_sub(1);
+            *moved += pass_through(&mut reader, server, &header, len).await?;
+            continue;
+        }
         let seq = header[3];
         let starts_command = phase == ClientPhase::Commands && seq == 0;
         if phase == ClientPhase::Commands && seq >= 2 && last_command == COM_QUERY {
@@ -192,14 +286,12 @@ async fn filter_client<S: AsyncWrite + Unpin>(
         if phase == ClientPhase::FileContent && len == 0 {
             phase = ClientPhase::Commands;
         }
-        if !starts_command && phase != ClientPhase::Handshake {
+        if !starts_command {
             *moved += pass_through(&mut reader, server, &header, len).await?;
             continue;
         }
-        let whole = len <= JUDGED_WHOLE_MAX;
-        if !whole {
-            // Only a command can be this large here (a handshake response is small): stream it, judged as it
-            // goes; MariaDB executes nothing before it has the whole command.
+        if len > JUDGED_WHOLE_MAX {
+            // Stream it, judged as it goes; MariaDB executes nothing before it has the whole command.
             let command = streamed_command(&mut reader, server, &header, len, moved).await?;
             if command.suspect {
                 warn!(command = command.byte, "a command of 16 MiB or more holds a suspect word: connection cut");
@@ -212,34 +304,6 @@ async fn filter_client<S: AsyncWrite + Unpin>(
         payload.clear();
         payload.resize(len, 0);
         reader.read_exact(&mut payload).await?;
-        if phase == ClientPhase::Handshake {
-            let caps = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
-            if caps & (CLIENT_SSL | CLIENT_COMPRESS) != 0 {
-                let what = if caps & CLIENT_SSL != 0 { "TLS" } else { "compression" };
-                let message = format!(
-                    "paxsql: {what} through the proxy is not available: the proxy reads each command to keep KILL \
-                     from ending a commit before a majority holds it (see README)"
-                );
-                let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message };
-                reader.get_mut().write_all(&err.encode(seq.wrapping_add(1))).await?;
-                stats.command_refused();
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("client asked for {what}")));
-            }
-            if let Some(user) = handshake_user(&payload).filter(|u| refused_users.is_some_and(|r| r.contains(*u))) {
-                let message = format!(
-                    "paxsql: account {user:?} holds READ ONLY ADMIN, which read_only does not bind: on this replica it \
-                     could write what the cluster's log does not hold. Read through the read-write port"
-                );
-                let err = ErrPacket { code: ER_SPECIFIC_ACCESS_DENIED, sql_state: *b"42000", message };
-                reader.get_mut().write_all(&err.encode(seq.wrapping_add(1))).await?;
-                stats.command_refused();
-                info!(user, "privileged login refused on the read-only port");
-                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "privileged account on the RO port"));
-            }
-            phase = ClientPhase::Commands;
-            *moved += write_packet(server, &mut out, seq, &payload).await?;
-            continue;
-        }
         let command = payload.first().copied().unwrap_or(0);
         last_command = command;
         let replacement = match command {
@@ -282,6 +346,176 @@ async fn filter_client<S: AsyncWrite + Unpin>(
         };
         let sent = replacement.as_deref().unwrap_or(&payload);
         *moved += write_packet(server, &mut out, seq, sent).await?;
+    }
+}
+
+/// What decides whether a client's login is sent on.
+pub(crate) struct LoginRules<'a> {
+    /// The certificate to offer; `None`: a client asking for TLS is refused.
+    pub tls: Option<&'a ServerTls>,
+    /// Refuse clients that do not ask for TLS.
+    pub tls_required: bool,
+    /// User names refused at login (the RO port's privileged accounts).
+    pub refused_users: Option<&'a BTreeSet<String>>,
+}
+
+/// A client that has not sent its login (and finished TLS) within this time is dropped, as mariadbd would.
+const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// MySQL's `ER_SECURE_TRANSPORT_REQUIRED`, what clients know as "insecure transport prohibited".
+const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
+
+/// Reads the client's login after the greeting was sent: a plain handshake response, or an `SSLRequest`, the TLS
+/// handshake and then the handshake response inside it. Refuses (with an ERR the client can read, over TLS if it
+/// began) compression, TLS where none is configured, plaintext where TLS is required, and `refused_users`; sends
+/// the login on to the server otherwise (a TLS client's with sequence id 1 and without `CLIENT_SSL`: the server
+/// never saw the `SSLRequest`).
+pub(crate) async fn log_in<S: AsyncWrite + Unpin>(
+    client: TcpStream,
+    server: &mut S,
+    rules: &LoginRules<'_>,
+    stats: &ProxyStats,
+) -> io::Result<ClientConn> {
+    match tokio::time::timeout(LOGIN_TIMEOUT, log_in_within(client, server, rules, stats)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "no login within 10 s")),
+    }
+}
+
+async fn log_in_within<S: AsyncWrite + Unpin>(
+    mut client: TcpStream,
+    server: &mut S,
+    rules: &LoginRules<'_>,
+    stats: &ProxyStats,
+) -> io::Result<ClientConn> {
+    let (seq, payload) = read_login_packet(&mut client).await?;
+    let caps = tls::response_capabilities(&payload);
+    if caps & tls::CLIENT_SSL == 0 {
+        if rules.tls_required {
+            stats.refused_plaintext();
+            let message = "paxsql: connections without TLS are refused on this port; connect with TLS (e.g. \
+                           --ssl-verify-server-cert --ssl-ca=<cluster CA>)";
+            let err = ErrPacket { code: ER_SECURE_TRANSPORT_REQUIRED, sql_state: *b"08004", message: message.into() };
+            return Err(refuse_login(&mut client, seq, err, "plaintext client where TLS is required").await);
+        }
+        let mut client = ClientConn::Plain(client);
+        send_login(&mut client, server, rules, stats, seq, payload).await?;
+        return Ok(client);
+    }
+    let Some(server_tls) = rules.tls.filter(|_| tls::is_ssl_request(&payload)) else {
+        let message = "paxsql: TLS is not configured on this node's client ports".to_string();
+        let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message };
+        stats.command_refused();
+        return Err(refuse_login(&mut client, seq, err, "client asked for TLS").await);
+    };
+    let tls_stream = server_tls.accept(client).await?;
+    stats.tls_session();
+    let mut client = ClientConn::Tls(Box::new(tls_stream));
+    let (seq, mut payload) = match &mut client {
+        ClientConn::Tls(s) => read_login_packet(s).await?,
+        ClientConn::Plain(_) => unreachable!("just upgraded"),
+    };
+    tls::clear_ssl_capability(&mut payload);
+    send_login(&mut client, server, rules, stats, seq.wrapping_sub(1), payload).await?;
+    Ok(client)
+}
+
+/// Judges the handshake response and sends it on with sequence id `seq`.
+async fn send_login<S: AsyncWrite + Unpin>(
+    client: &mut ClientConn,
+    server: &mut S,
+    rules: &LoginRules<'_>,
+    stats: &ProxyStats,
+    seq: u8,
+    payload: Vec<u8>,
+) -> io::Result<()> {
+    // The client's own numbering: one ahead of the server's over TLS.
+    let client_seq = if matches!(client, ClientConn::Tls(_)) { seq.wrapping_add(1) } else { seq };
+    if tls::response_capabilities(&payload) & CLIENT_COMPRESS != 0 {
+        let message = "paxsql: compression through the proxy is not available: the proxy reads each command to keep \
+                       KILL from ending a commit before a majority holds it (see README)";
+        let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message: message.into() };
+        stats.command_refused();
+        return Err(refuse_login(client, client_seq, err, "client asked for compression").await);
+    }
+    if let Some(user) = handshake_user(&payload).filter(|u| rules.refused_users.is_some_and(|r| r.contains(*u))) {
+        let message = format!(
+            "paxsql: account {user:?} holds READ ONLY ADMIN, which read_only does not bind: on this replica it could \
+             write what the cluster's log does not hold. Read through the read-write port"
+        );
+        info!(user, "privileged login refused on the read-only port");
+        let err = ErrPacket { code: ER_SPECIFIC_ACCESS_DENIED, sql_state: *b"42000", message };
+        stats.command_refused();
+        return Err(refuse_login(client, client_seq, err, "privileged account on the RO port").await);
+    }
+    let mut out = Vec::with_capacity(4 + payload.len());
+    write_packet(server, &mut out, seq, &payload).await?;
+    Ok(())
+}
+
+/// Reads the client's first packet of the login (it fits [`LOGIN_PACKET_MAX`]).
+async fn read_login_packet<R: AsyncRead + Unpin>(client: &mut R) -> io::Result<(u8, Vec<u8>)> {
+    let mut header = [0u8; 4];
+    client.read_exact(&mut header).await?;
+    let len = payload_len(&header);
+    if len > LOGIN_PACKET_MAX {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte login packet")));
+    }
+    let mut payload = vec![0u8; len];
+    client.read_exact(&mut payload).await?;
+    Ok((header[3], payload))
+}
+
+/// Answers a refused login with `err` (sequence id after the client's `seq`) and returns the error that ends the
+/// connection.
+async fn refuse_login<W: AsyncWrite + Unpin>(client: &mut W, seq: u8, err: ErrPacket, why: &str) -> io::Error {
+    let _ = async {
+        client.write_all(&err.encode(seq.wrapping_add(1))).await?;
+        client.flush().await
+    }
+    .await;
+    io::Error::new(io::ErrorKind::PermissionDenied, why.to_string())
+}
+
+impl AsyncRead for ClientConn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientConn::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            ClientConn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientConn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self.get_mut() {
+            ClientConn::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            ClientConn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientConn::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            ClientConn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        match self.get_mut() {
+            ClientConn::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            ClientConn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
@@ -390,22 +624,12 @@ async fn streamed_command<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     }
 }
 
-/// Takes what the proxy cannot read out of a server greeting's capability flags: compression (the client would
-/// then wrap its commands). TLS stays announced: a client that asks for it gets a clear error from
-/// [`filter_client`] rather than a silent plain-text session. A packet that is not a v10 greeting (an ERR from a
-/// full or blocking server) is left as it is.
+/// Takes what the proxy cannot give out of a server greeting's capability flags: compression (the client would
+/// then wrap its commands) and TLS (mariadbd runs none; the proxy announces its own where configured, see
+/// [`crate::tls::announce_tls`]). A packet that is not a v10 greeting (an ERR from a full or blocking server) is left
+/// as it is.
 fn restrict_greeting(packet: &mut [u8]) {
-    let Some(payload) = packet.get_mut(4..) else { return };
-    if payload.first() != Some(&10) {
-        return;
-    }
-    let Some(version_end) = payload[1..].iter().position(|b| *b == 0) else { return };
-    // protocol, version + NUL, connection id (4), scramble part 1 (8), filler (1), then the low capability bytes.
-    let caps_at = 1 + version_end + 1 + 4 + 8 + 1;
-    if let Some(caps) = payload.get_mut(caps_at..caps_at + 2) {
-        let low = u16::from_le_bytes([caps[0], caps[1]]) & !(CLIENT_COMPRESS as u16);
-        caps.copy_from_slice(&low.to_le_bytes());
-    }
+    tls::set_greeting_caps(packet, |low| low & !(CLIENT_COMPRESS as u16) & !(tls::CLIENT_SSL as u16));
 }
 
 /// A connected backend mariadbd, by transport.
@@ -423,17 +647,24 @@ impl ServerConn {
     }
 }
 
-/// [`forward`] over whichever transport the backend was reached by.
-pub(crate) async fn forward_to(
-    client: &mut TcpStream,
+/// Takes the client's login ([`log_in`]) and then [`forward`]s, over whichever transport the backend was reached by.
+pub(crate) async fn serve_client(
+    client: TcpStream,
     server: &mut ServerConn,
+    rules: &LoginRules<'_>,
     mode: ForwardMode,
     stats: &ProxyStats,
-    refused_users: Option<&BTreeSet<String>>,
 ) -> Forwarded {
+    let login_failed = |e| Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) };
     match server {
-        ServerConn::Tcp(s) => forward(client, s, mode, stats, refused_users).await,
-        ServerConn::Unix(s) => forward(client, s, mode, stats, refused_users).await,
+        ServerConn::Tcp(s) => match log_in(client, s, rules, stats).await {
+            Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
+            Err(e) => login_failed(e),
+        },
+        ServerConn::Unix(s) => match log_in(client, s, rules, stats).await {
+            Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
+            Err(e) => login_failed(e),
+        },
     }
 }
 

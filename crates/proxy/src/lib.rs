@@ -47,6 +47,7 @@ mod route;
 mod server;
 pub mod statement;
 mod stats;
+pub mod tls;
 pub mod wire;
 
 pub use config::{Backend, ForwardMode, ProxyConfig};
@@ -54,3 +55,4 @@ pub use error::ProxyError;
 pub use route::{LocalServer, Route};
 pub use server::{MasterCheck, PrivilegedAccounts, Proxy};
 pub use stats::{ProxyStats, ProxyStatsSnapshot};
+pub use tls::{ServerTls, TlsError};

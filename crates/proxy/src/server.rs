@@ -11,7 +11,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{forward_to, open_backend, unreachable};
+use crate::forward::{open_backend, serve_client, unreachable, LoginRules};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -338,13 +338,14 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
         }
     };
     let mut client = client;
-    if client.write_all(&greeting).await.is_err() {
+    if greet(shared, &mut client, greeting).await.is_err() {
         // The client left while it was held.
         server.abort();
         return;
     }
+    let rules = login_rules(shared, None);
     let outcome = tokio::select! {
-        done = forward_to(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, None) => Some(done),
+        done = serve_client(client, &mut server, &rules, shared.cfg.forward_mode, &shared.stats) => Some(done),
         why = moved_away => {
             shared.stats.cut_on_master_change();
             info!(node_id, master_version, why, "cutting connection to a former master");
@@ -387,9 +388,10 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     };
     // The read-only port reaches the master's own mariadbd on the master's node: it filters commands too.
     let refused = shared.privileged.as_ref().map(|p| p.borrow().clone());
-    if client.write_all(&greeting).await.is_err() {
+    if greet(shared, &mut client, greeting).await.is_err() {
         return;
     }
+    let rules = login_rules(shared, refused.as_deref());
     let no_longer_aligned = async {
         match local.as_mut() {
             Some(l) => {
@@ -399,7 +401,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         }
     };
     let outcome = tokio::select! {
-        done = forward_to(&mut client, &mut server, shared.cfg.forward_mode, &shared.stats, refused.as_deref()) => Some(done),
+        done = serve_client(client, &mut server, &rules, shared.cfg.forward_mode, &shared.stats) => Some(done),
         _ = no_longer_aligned => {
             info!("cutting a read-only connection: the local server is no longer aligned");
             None
@@ -410,6 +412,21 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         Some(done) => finished(shared, done),
         None => server.abort(),
     }
+}
+
+/// Sends the backend's greeting on, announcing the proxy's TLS where it has a certificate.
+async fn greet(shared: &Shared, client: &mut TcpStream, mut greeting: Vec<u8>) -> std::io::Result<()> {
+    if shared.cfg.tls.is_some() {
+        crate::tls::announce_tls(&mut greeting);
+    }
+    client.write_all(&greeting).await
+}
+
+fn login_rules<'a>(
+    shared: &'a Shared,
+    refused_users: Option<&'a std::collections::BTreeSet<String>>,
+) -> LoginRules<'a> {
+    LoginRules { tls: shared.cfg.tls.as_ref(), tls_required: shared.cfg.tls_required, refused_users }
 }
 
 fn finished(shared: &Shared, done: crate::forward::Forwarded) {

@@ -12,6 +12,8 @@ pub struct ProxyStats {
     cut_on_master_change: AtomicU64,
     kills_softened: AtomicU64,
     commands_refused: AtomicU64,
+    tls_sessions: AtomicU64,
+    refused_plaintext: AtomicU64,
     bytes_client_to_server: AtomicU64,
     bytes_server_to_client: AtomicU64,
 }
@@ -39,6 +41,10 @@ pub struct ProxyStatsSnapshot {
     /// Client commands answered with an error instead of being sent (a `KILL` inside another statement, dynamic
     /// SQL the proxy cannot read, TLS or compression asked for).
     pub commands_refused: u64,
+    /// Client connections that completed a TLS handshake with the proxy.
+    pub tls_sessions: u64,
+    /// Logins answered with an error because the client did not ask for TLS where it is required.
+    pub refused_plaintext: u64,
     /// Bytes forwarded client → server by connections that ended by themselves (cut ones are not counted:
     /// splice keeps its tally until it finishes).
     pub bytes_client_to_server: u64,
@@ -59,6 +65,8 @@ impl ProxyStats {
             cut_on_master_change: self.cut_on_master_change.load(Relaxed),
             kills_softened: self.kills_softened.load(Relaxed),
             commands_refused: self.commands_refused.load(Relaxed),
+            tls_sessions: self.tls_sessions.load(Relaxed),
+            refused_plaintext: self.refused_plaintext.load(Relaxed),
             bytes_client_to_server: self.bytes_client_to_server.load(Relaxed),
             bytes_server_to_client: self.bytes_server_to_client.load(Relaxed),
         }
@@ -97,6 +105,14 @@ impl ProxyStats {
 
     pub(crate) fn command_refused(&self) {
         self.commands_refused.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn tls_session(&self) {
+        self.tls_sessions.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn refused_plaintext(&self) {
+        self.refused_plaintext.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn forwarded(&self, client_to_server: u64, server_to_client: u64) {
