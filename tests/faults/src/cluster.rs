@@ -120,6 +120,9 @@ struct ClusterFile {
     app_password: String,
     app_database: String,
     nodes: Vec<NodeLayout>,
+    /// Whether the proxies offer TLS (then every client here verifies them against `tls/ca.pem`).
+    #[serde(default)]
+    client_tls: bool,
 }
 
 /// The application account (no READ ONLY ADMIN, so `read_only` holds it).
@@ -128,6 +131,8 @@ pub struct AppAccount {
     pub user: String,
     pub password: String,
     pub database: String,
+    /// The cluster CA when the proxy ports offer TLS: clients then connect over TLS and verify the node.
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// One node as its `status.json` shows it, with how old that file is.
@@ -202,7 +207,7 @@ impl TestCluster {
         let mut c = TestCluster {
             dir: dir.clone(),
             nodes: Vec::new(),
-            app: AppAccount { user: String::new(), password: String::new(), database: String::new() },
+            app: AppAccount { user: String::new(), password: String::new(), database: String::new(), tls_ca: None },
             paxsql: paxsql.clone(),
             paused: Mutex::new(Vec::new()),
             children: Mutex::new(Vec::new()),
@@ -223,7 +228,12 @@ impl TestCluster {
         let file: ClusterFile =
             serde_json::from_str(&text).map_err(|e| FaultError::ClusterFile { path, reason: e.to_string() })?;
         c.nodes = file.nodes;
-        c.app = AppAccount { user: file.app_user, password: file.app_password, database: file.app_database };
+        c.app = AppAccount {
+            user: file.app_user,
+            password: file.app_password,
+            database: file.app_database,
+            tls_ca: file.client_tls.then(|| dir.join("tls/ca.pem")),
+        };
         Ok(c)
     }
 

@@ -109,7 +109,14 @@ pub async fn connect(app: &AppAccount, ep: &Endpoint, timeout: Duration) -> Resu
         .db_name(Some(app.database.clone()))
         .socket(ep.socket.as_ref().map(|p| p.to_string_lossy().into_owned()))
         // Without one, stay on TCP inside the namespace (mysql_async would switch to a unix socket on loopback).
-        .prefer_socket(false);
+        .prefer_socket(false)
+        // A proxy port of a cluster with client TLS: verified TLS, as an application would connect.
+        .ssl_opts(
+            app.tls_ca
+                .as_ref()
+                .filter(|_| ep.socket.is_none())
+                .map(|ca| mysql_async::SslOpts::default().with_root_certs(vec![ca.clone().into()])),
+        );
     match tokio::time::timeout(timeout, Conn::new(opts)).await {
         Ok(Ok(c)) => Ok(c),
         Ok(Err(e)) => Err(e.to_string()),
@@ -256,15 +263,17 @@ pub async fn bank_client(ctx: ClientContext, seed: u64) -> BankResult {
 pub async fn bank_library_client(ctx: ClientContext, seed: u64, endpoints: Vec<String>) -> BankResult {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut res = BankResult::default();
-    let client = match paxsql_client::Client::builder()
+    let mut builder = paxsql_client::Client::builder()
         .endpoints(endpoints)
         .user(ctx.app.user.clone())
         .password(ctx.app.password.clone())
         .database(ctx.app.database.clone())
         .connect_timeout(Duration::from_secs(1))
-        .failover_deadline(ctx.op_timeout)
-        .build()
-    {
+        .failover_deadline(ctx.op_timeout);
+    if let Some(ca) = &ctx.app.tls_ca {
+        builder = builder.tls_ca(ca);
+    }
+    let client = match builder.build() {
         Ok(c) => c,
         Err(e) => {
             res.violations.push(format!("client library refused its configuration: {e}"));

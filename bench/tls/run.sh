@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Client TLS cost: sysbench oltp_point_select and oltp_insert through the master node's RW port of a 3-node paxsql
+# cluster, without and with TLS (terminated by the proxy), side by side in one invocation, and the master's mariadbd
+# directly as the reference. Modes alternate within each round (plain, TLS, direct), ROUNDS rounds, medians printed
+# with the ratios TLS/plain and plain/direct.
+# Usage: bench/tls/run.sh [SECONDS=20] [ROUNDS=3] [BASE_PORT=29500]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECONDS_RUN=${1:-20}
+ROUNDS=${2:-3}
+BASE=${3:-29500}
+command -v sysbench >/dev/null || { echo "sysbench missing: run deploy/install-deps.sh" >&2; exit 1; }
+cargo build --release -q -p paxsql
+PAXSQL=${CARGO_TARGET_DIR:-target}/release/paxsql
+DIR=$(mktemp -d /tmp/paxsql-tls-bench-XXXX)
+trap '"$PAXSQL" cluster down --dir "$DIR" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+"$PAXSQL" cluster up --nodes 3 --dir "$DIR" --base-port "$BASE" >/dev/null
+PW=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_password'])" "$DIR/cluster.json")
+M=$("$PAXSQL" cluster status --dir "$DIR" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['master'])")
+MARIADB_PORT=$((BASE + 10 * (M - 1)))
+RW_PORT=$((MARIADB_PORT + 4))
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); master node $M; ${SECONDS_RUN} s per run, $ROUNDS rounds"
+
+sb() { # test threads port extra...
+  local test=$1 threads=$2 port=$3; shift 3
+  sysbench "$test" --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=app \
+    --mysql-password="$PW" --mysql-db=app --tables=4 --table-size=10000 --threads="$threads" "$@"
+}
+sb oltp_insert 4 "$RW_PORT" --mysql-ssl=off prepare >/dev/null
+# Every sysbench connection through the RW port with --mysql-ssl=on must really be in TLS: the proxy counts them.
+tls_sessions() { curl -s "http://127.0.0.1:$((MARIADB_PORT + 6))/metrics" | awk '/^paxsql_proxy_tls_sessions_total/ {print $2}'; }
+
+OUT=$DIR/runs.txt
+: > "$OUT"
+for round in $(seq 1 "$ROUNDS"); do
+  for combo in oltp_point_select:1 oltp_point_select:16 oltp_insert:16; do
+    test=${combo%%:*}; threads=${combo##*:}
+    for mode in plain tls direct; do
+      case $mode in
+        plain) port=$RW_PORT; ssl=off ;;
+        tls) port=$RW_PORT; ssl=on ;;
+        direct) port=$MARIADB_PORT; ssl=off ;;
+      esac
+      before=$(tls_sessions)
+      tps=$(sb "$test" "$threads" "$port" --mysql-ssl=$ssl --time="$SECONDS_RUN" --report-interval=0 run \
+        | awk '/transactions:/ {gsub(/\(/, "", $3); print $3}')
+      after=$(tls_sessions)
+      if [ "$mode" = tls ] && [ "$((${after%.*} - ${before%.*}))" -lt "$threads" ]; then
+        echo "sysbench --mysql-ssl=on opened $((${after%.*} - ${before%.*})) TLS sessions for $threads threads" >&2
+        exit 1
+      fi
+      echo "$test $threads $mode $tps" | tee -a "$OUT"
+    done
+  done
+done
+python3 - "$OUT" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    test, threads, mode, tps = line.split()
+    runs.setdefault((test, int(threads)), {}).setdefault(mode, []).append(float(tps))
+print()
+print("| test | threads | direct TPS | RW plain TPS | RW TLS TPS | TLS / plain | plain / direct |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for (test, threads), m in runs.items():
+    d, p, t = (statistics.median(m[k]) for k in ("direct", "plain", "tls"))
+    print(f"| {test} | {threads} | {d:,.0f} | {p:,.0f} | {t:,.0f} | {t / p:.3f} | {p / d:.3f} |")
+PY
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
