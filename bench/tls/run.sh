@@ -21,10 +21,17 @@ MARIADB_PORT=$((BASE + 10 * (M - 1)))
 RW_PORT=$((MARIADB_PORT + 4))
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); master node $M; ${SECONDS_RUN} s per run, $ROUNDS rounds"
 
+# sysbench 1.0.20 with --mysql-ssl=on loads client-key.pem, client-cert.pem and cacert.pem from its working directory
+# (fixed names): the cluster CA, and the operator's certificate as a client certificate the proxy does not ask for.
+SSLDIR=$DIR/sysbench-ssl
+mkdir -p "$SSLDIR"
+cp "$DIR/tls/ca.pem" "$SSLDIR/cacert.pem"
+cp "$DIR/tls/operator.pem" "$SSLDIR/client-cert.pem"
+cp "$DIR/tls/operator.key" "$SSLDIR/client-key.pem"
 sb() { # test threads port extra...
   local test=$1 threads=$2 port=$3; shift 3
-  sysbench "$test" --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=app \
-    --mysql-password="$PW" --mysql-db=app --tables=4 --table-size=10000 --threads="$threads" "$@"
+  (cd "$SSLDIR" && sysbench "$test" --db-driver=mysql --mysql-host=127.0.0.1 --mysql-port="$port" --mysql-user=app \
+    --mysql-password="$PW" --mysql-db=app --tables=4 --table-size=10000 --threads="$threads" "$@")
 }
 sb oltp_insert 4 "$RW_PORT" --mysql-ssl=off prepare >/dev/null
 # Every sysbench connection through the RW port with --mysql-ssl=on must really be in TLS: the proxy counts them.
