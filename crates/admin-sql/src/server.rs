@@ -236,7 +236,7 @@ async fn serve_connection(
         }
         stream.write_all(&out).await?;
         // Exactly one packet: a client asking for TLS sends its TLS hello right behind it, for the TLS layer.
-        let first = read_exact_packet(&mut stream).await?;
+        let first = client_tls::read_one_packet(&mut stream, LOGIN_PACKET_MAX).await?;
         Ok::<_, AdminError>(first)
     };
     let first = tokio::select! {
@@ -313,24 +313,6 @@ async fn serve_connection(
             .await
         }
     }
-}
-
-/// Reads one whole packet without reading past it (a plain [`read_packet`] buffers what follows). `Ok(None)`: the
-/// client left before sending anything.
-async fn read_exact_packet<R: AsyncRead + Unpin>(rd: &mut R) -> Result<Option<(u8, Vec<u8>)>, AdminError> {
-    let mut header = [0u8; 4];
-    match rd.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
-    if len > LOGIN_PACKET_MAX {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte login packet")).into());
-    }
-    let mut payload = vec![0u8; len];
-    rd.read_exact(&mut payload).await?;
-    Ok(Some((header[3], payload)))
 }
 
 /// The login (its first packet read already) and then the command loop, on a plain or a TLS client stream.

@@ -31,14 +31,10 @@ pub struct ClientBuilder {
     backoff_min: Duration,
     backoff_max: Duration,
     pool_max: usize,
-    tls: Option<TlsSettings>,
-}
-
-/// TLS towards the nodes: the CA their certificates are checked against, and optionally this client's own.
-#[derive(Debug, Clone)]
-struct TlsSettings {
-    ca: std::path::PathBuf,
-    identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// The CA the nodes' certificates are checked against; set, every connection runs TLS.
+    tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate chain and key.
+    tls_identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for ClientBuilder {
@@ -53,7 +49,8 @@ impl Default for ClientBuilder {
             backoff_min: DEFAULT_BACKOFF_MIN,
             backoff_max: DEFAULT_BACKOFF_MAX,
             pool_max: DEFAULT_POOL_MAX,
-            tls: None,
+            tls_ca: None,
+            tls_identity: None,
         }
     }
 }
@@ -119,15 +116,13 @@ impl ClientBuilder {
     /// its endpoint. A paxsql proxy terminates TLS itself, so the certificate checked is the dialled node's,
     /// whichever node's mariadbd serves behind it: a failover needs no new configuration.
     pub fn tls_ca(mut self, ca: impl Into<std::path::PathBuf>) -> Self {
-        let identity = self.tls.take().and_then(|t| t.identity);
-        self.tls = Some(TlsSettings { ca: ca.into(), identity });
+        self.tls_ca = Some(ca.into());
         self
     }
 
     /// This client's certificate chain and key (PEM), for servers that ask for one. Needs [`ClientBuilder::tls_ca`].
     pub fn tls_identity(mut self, cert: impl Into<std::path::PathBuf>, key: impl Into<std::path::PathBuf>) -> Self {
-        let ca = self.tls.take().map(|t| t.ca).unwrap_or_default();
-        self.tls = Some(TlsSettings { ca, identity: Some((cert.into(), key.into())) });
+        self.tls_identity = Some((cert.into(), key.into()));
         self
     }
 
@@ -142,23 +137,19 @@ impl ClientBuilder {
         if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
             return Err(Error::InvalidConfig("backoff: need 0 < min <= max".into()));
         }
-        let ssl_opts = match &self.tls {
-            Some(t) if t.ca.as_os_str().is_empty() => {
+        let ssl_opts = match (&self.tls_ca, &self.tls_identity) {
+            (None, Some(_)) => {
                 return Err(Error::InvalidConfig("tls_identity needs tls_ca: the CA that signs the nodes".into()))
             }
-            Some(t) => {
-                if let Err(e) = std::fs::metadata(&t.ca) {
-                    return Err(Error::InvalidConfig(format!("tls_ca {}: {e}", t.ca.display())));
+            (Some(ca), identity) => {
+                if let Err(e) = std::fs::metadata(ca) {
+                    return Err(Error::InvalidConfig(format!("tls_ca {}: {e}", ca.display())));
                 }
-                let opts = SslOpts::default().with_root_certs(vec![t.ca.clone().into()]);
-                Some(match &t.identity {
-                    Some((cert, key)) => {
-                        opts.with_client_identity(Some(ClientIdentity::new(cert.clone().into(), key.clone().into())))
-                    }
-                    None => opts,
-                })
+                let identity =
+                    identity.as_ref().map(|(cert, key)| ClientIdentity::new(cert.clone().into(), key.clone().into()));
+                Some(SslOpts::default().with_root_certs(vec![ca.clone().into()]).with_client_identity(identity))
             }
-            None => None,
+            (None, None) => None,
         };
         let mut endpoints = Vec::with_capacity(self.endpoints.len());
         for addr in &self.endpoints {

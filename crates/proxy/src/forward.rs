@@ -26,6 +26,13 @@ pub(crate) struct Forwarded {
     pub error: Option<io::Error>,
 }
 
+impl Forwarded {
+    /// Nothing moved: the connection ended with `error` before forwarding began.
+    fn failed(error: io::Error) -> Forwarded {
+        Forwarded { client_to_server: 0, server_to_client: 0, error: Some(error) }
+    }
+}
+
 /// A client connection once its login went through: plaintext, or TLS terminated by the proxy.
 pub(crate) enum ClientConn {
     Plain(TcpStream),
@@ -50,9 +57,7 @@ pub(crate) async fn forward<S: ServerStream>(
         ClientConn::Plain(mut client) => {
             let (mut server_rd, mut client_wr) = match (server.duplicate(), client.duplicate()) {
                 (Ok(s), Ok(c)) => (s, c),
-                (Err(e), _) | (_, Err(e)) => {
-                    return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) }
-                }
+                (Err(e), _) | (_, Err(e)) => return Forwarded::failed(e),
             };
             let s2c = async {
                 let moved = match mode {
@@ -78,7 +83,7 @@ pub(crate) async fn forward<S: ServerStream>(
         ClientConn::Tls(client) => {
             let mut server_rd = match server.duplicate() {
                 Ok(s) => s,
-                Err(e) => return Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) },
+                Err(e) => return Forwarded::failed(e),
             };
             let (mut client_rd, mut client_wr) = tokio::io::split(*client);
             let login_done = AtomicBool::new(false);
@@ -137,30 +142,15 @@ async fn server_to_tls_client<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     login_done: &AtomicBool,
 ) -> io::Result<u64> {
     let mut moved = 0u64;
-    let mut packet = Vec::new();
+    let mut out = Vec::new();
     loop {
-        let mut header = [0u8; 4];
-        match server.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(moved),
-            Err(e) => return Err(e),
-        }
-        let len = payload_len(&header);
-        if len > LOGIN_PACKET_MAX {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte packet during the login")));
-        }
-        packet.clear();
-        packet.extend_from_slice(&header);
-        packet.resize(4 + len, 0);
-        server.read_exact(&mut packet[4..]).await?;
-        packet[3] = header[3].wrapping_add(1);
-        let last = matches!(packet.get(4), Some(0x00 | 0xFF));
+        let Some((seq, payload)) = tls::read_one_packet(server, LOGIN_PACKET_MAX).await? else { return Ok(moved) };
+        let last = matches!(payload.first(), Some(0x00 | 0xFF));
         if last {
             login_done.store(true, Ordering::Release);
         }
-        client.write_all(&packet).await?;
+        moved += write_packet(client, &mut out, seq.wrapping_add(1), &payload).await?;
         client.flush().await?;
-        moved += packet.len() as u64;
         if last {
             break;
         }
@@ -407,13 +397,10 @@ async fn log_in_within<S: AsyncWrite + Unpin>(
         stats.command_refused();
         return Err(refuse_login(&mut client, seq, err, "client asked for TLS").await);
     };
-    let tls_stream = server_tls.accept(client).await?;
+    let mut tls_stream = server_tls.accept(client).await?;
     stats.tls_session();
+    let (seq, mut payload) = read_login_packet(&mut tls_stream).await?;
     let mut client = ClientConn::Tls(Box::new(tls_stream));
-    let (seq, mut payload) = match &mut client {
-        ClientConn::Tls(s) => read_login_packet(s).await?,
-        ClientConn::Plain(_) => unreachable!("just upgraded"),
-    };
     tls::clear_ssl_capability(&mut payload);
     send_login(&mut client, server, rules, stats, seq.wrapping_sub(1), payload).await?;
     Ok(client)
@@ -452,17 +439,11 @@ async fn send_login<S: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Reads the client's first packet of the login (it fits [`LOGIN_PACKET_MAX`]).
+/// Reads the client's next packet of the login (it fits [`LOGIN_PACKET_MAX`]).
 async fn read_login_packet<R: AsyncRead + Unpin>(client: &mut R) -> io::Result<(u8, Vec<u8>)> {
-    let mut header = [0u8; 4];
-    client.read_exact(&mut header).await?;
-    let len = payload_len(&header);
-    if len > LOGIN_PACKET_MAX {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte login packet")));
-    }
-    let mut payload = vec![0u8; len];
-    client.read_exact(&mut payload).await?;
-    Ok((header[3], payload))
+    tls::read_one_packet(client, LOGIN_PACKET_MAX)
+        .await?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the client left during the login"))
 }
 
 /// Answers a refused login with `err` (sequence id after the client's `seq`) and returns the error that ends the
@@ -655,15 +636,14 @@ pub(crate) async fn serve_client(
     mode: ForwardMode,
     stats: &ProxyStats,
 ) -> Forwarded {
-    let login_failed = |e| Forwarded { client_to_server: 0, server_to_client: 0, error: Some(e) };
     match server {
         ServerConn::Tcp(s) => match log_in(client, s, rules, stats).await {
             Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
-            Err(e) => login_failed(e),
+            Err(e) => Forwarded::failed(e),
         },
         ServerConn::Unix(s) => match log_in(client, s, rules, stats).await {
             Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
-            Err(e) => login_failed(e),
+            Err(e) => Forwarded::failed(e),
         },
     }
 }

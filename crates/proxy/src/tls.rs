@@ -115,6 +115,29 @@ pub fn response_capabilities(payload: &[u8]) -> u32 {
     payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
 }
 
+/// Reads one whole packet (sequence id, payload of at most `max_payload` bytes) and not a byte past it: a client that
+/// asks for TLS sends its TLS hello right behind its `SSLRequest`, and those bytes belong to the TLS layer.
+/// `Ok(None)`: the peer closed before the packet began.
+pub async fn read_one_packet<R: tokio::io::AsyncRead + Unpin>(
+    rd: &mut R,
+    max_payload: usize,
+) -> io::Result<Option<(u8, Vec<u8>)>> {
+    use tokio::io::AsyncReadExt as _;
+    let mut header = [0u8; 4];
+    match rd.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    if len > max_payload {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte packet during the login")));
+    }
+    let mut payload = vec![0u8; len];
+    rd.read_exact(&mut payload).await?;
+    Ok(Some((header[3], payload)))
+}
+
 /// Whether a client's first payload is an `SSLRequest`: `CLIENT_SSL` set and nothing after the filler. A full
 /// handshake response with `CLIENT_SSL` set (a client that skipped the TLS handshake) is not one.
 pub fn is_ssl_request(payload: &[u8]) -> bool {
