@@ -47,6 +47,81 @@ fn every_client_port_speaks_verified_tls_across_a_failover() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
+    eprintln!("phase: another node's RW connection reaches the master's mariadbd through the master's relay");
+    let others: Vec<u64> = all.iter().copied().filter(|n| *n != m).collect();
+    let (_, master_db_port) = c.endpoint(m, "mariadb");
+    let held: Vec<_> = others
+        .iter()
+        .map(|&n| {
+            let app_password = app_password.clone();
+            let (host, port) = c.endpoint(n, "proxy_rw");
+            let ca = c.dir.path().join("tls/ca.pem");
+            Command::new("timeout")
+                .args(["20", "mariadb", "-N", "-B", "--protocol=tcp", "--ssl-verify-server-cert", "-uapp"])
+                .arg(format!("--ssl-ca={}", ca.display()))
+                .arg(format!("-h{host}"))
+                .arg(format!("-P{port}"))
+                .arg("-e")
+                .arg("SELECT SLEEP(4)")
+                .env("MYSQL_PWD", app_password)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("a client held in SLEEP")
+        })
+        .collect();
+    let node_pid = |n: u64| common::read_pid(&c.node_dir(n).join("node.pid")).expect("node pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let owners = loop {
+        let out = Command::new("ss")
+            .args(["-Htnp", "state", "established", &format!("( dport = :{master_db_port} )")])
+            .output()
+            .expect("ss");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let owners: Vec<i32> = text
+            .split("pid=")
+            .skip(1)
+            .filter_map(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next()?.parse().ok())
+            .collect();
+        if owners.iter().filter(|p| **p == node_pid(m)).count() >= others.len() || Instant::now() > deadline {
+            break owners;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for n in &others {
+        assert!(
+            !owners.contains(&node_pid(*n)),
+            "node {n} holds a TCP connection to the master's mariadbd: {owners:?}"
+        );
+    }
+    assert!(
+        owners.iter().filter(|p| **p == node_pid(m)).count() >= others.len(),
+        "the master's node does not carry the relayed connections to its mariadbd: {owners:?}"
+    );
+    for mut child in held {
+        assert!(child.wait().expect("client").success(), "a relayed client failed");
+    }
+    let relays = |n: u64, direction: &str| -> f64 {
+        let body = c.metrics(n);
+        let line = body
+            .lines()
+            .find(|l| l.starts_with("paxsql_proxy_relays_total{") && l.contains(&format!("direction=\"{direction}\"")));
+        line.and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let relayed_in = relays(m, "in");
+        let relayed_out: f64 = others.iter().map(|n| relays(*n, "out")).sum();
+        // Each other node wrote once in the first phase and held one connection in this one.
+        if relayed_in >= 4.0 && relayed_out >= 4.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "relays counted: {relayed_in} in on the master, {relayed_out} out elsewhere"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     eprintln!("phase: the client library verifies against the cluster CA; kill -9 of the master's node");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let mut order = vec![m];

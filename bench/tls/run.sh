@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Client TLS cost: sysbench oltp_point_select and oltp_insert through the master node's RW port of a 3-node paxsql
 # cluster, without and with TLS (terminated by the proxy), side by side in one invocation, and the master's mariadbd
-# directly as the reference. Modes alternate within each round (plain, TLS, direct), ROUNDS rounds, medians printed
-# with the ratios TLS/plain and plain/direct.
+# directly as the reference; beside them a standalone MariaDB given the same certificate, without and with its own
+# TLS: what TLS costs this client and server at all, whoever ends it; and another node's RW port, whose connections
+# reach the master through the master's relay. Modes alternate within each round (RW plain, TLS, other node's RW
+# plain, TLS, direct, native plain, native TLS), ROUNDS rounds, medians printed with the ratios.
 # Usage: bench/tls/run.sh [SECONDS=20] [ROUNDS=3] [BASE_PORT=29500]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +21,9 @@ PW=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_passwo
 M=$("$PAXSQL" cluster status --dir "$DIR" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['master'])")
 MARIADB_PORT=$((BASE + 10 * (M - 1)))
 RW_PORT=$((MARIADB_PORT + 4))
+# Another node's RW port: its connections reach the master's mariadbd through the master's relay (peer port, TLS).
+OTHER=$(( M % 3 + 1 ))
+OTHER_RW_PORT=$((BASE + 10 * (OTHER - 1) + 4))
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg); master node $M; ${SECONDS_RUN} s per run, $ROUNDS rounds"
 
 # sysbench 1.0.20 with --mysql-ssl=on loads client-key.pem, client-cert.pem and cacert.pem from its working directory
@@ -34,6 +39,30 @@ sb() { # test threads port extra...
     --mysql-password="$PW" --mysql-db=app --tables=4 --table-size=10000 --threads="$threads" "$@")
 }
 sb oltp_insert 4 "$RW_PORT" --mysql-ssl=off prepare >/dev/null
+
+# The standalone MariaDB with native TLS: node 1's client certificate names 127.0.0.1 and localhost.
+NATIVE=$DIR/native
+NATIVE_PORT=$((BASE + 90))
+mkdir -p "$NATIVE/data" "$NATIVE/run" "$NATIVE/log" "$NATIVE/tmp"
+printf '%s\n' "[mariadbd]" "user=root" "bind-address=127.0.0.1" "port=$NATIVE_PORT" \
+  "socket=$NATIVE/run/mysqld.sock" "datadir=$NATIVE/data" "tmpdir=$NATIVE/tmp" "log-error=$NATIVE/log/mariadbd.err" \
+  "pid-file=$NATIVE/data/mariadbd.pid" "skip-name-resolve" "innodb_buffer_pool_size=64M" "performance_schema=OFF" \
+  "ssl-ca=$DIR/tls/ca.pem" "ssl-cert=$DIR/tls/node-1-clients.pem" "ssl-key=$DIR/tls/node-1-clients.key" \
+  >"$NATIVE/my.cnf"
+mariadb-install-db --defaults-file="$NATIVE/my.cnf" --auth-root-authentication-method=socket --skip-test-db \
+  >"$NATIVE/log/install.log" 2>&1
+mariadbd --defaults-file="$NATIVE/my.cnf" </dev/null >/dev/null 2>&1 &
+NATIVE_PID=$!
+trap 'kill -9 $NATIVE_PID 2>/dev/null || true; "$PAXSQL" cluster down --dir "$DIR" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+native_sql() { mariadb --socket="$NATIVE/run/mysqld.sock" -uroot -N -B -e "$1"; }
+for _ in $(seq 1 300); do
+  native_sql "SELECT 1" >/dev/null 2>&1 && break
+  kill -0 $NATIVE_PID 2>/dev/null || { echo "native mariadbd exited; see $NATIVE/log/mariadbd.err" >&2; exit 1; }
+  sleep 0.2
+done
+native_sql "CREATE DATABASE app; CREATE USER 'app'@'%' IDENTIFIED BY '$PW'; GRANT ALL PRIVILEGES ON app.* TO 'app'@'%';"
+[ "$(native_sql "SELECT @@have_ssl")" = YES ] || { echo "the native mariadbd has no TLS" >&2; exit 1; }
+sb oltp_insert 4 "$NATIVE_PORT" --mysql-ssl=off prepare >/dev/null
 # Every sysbench connection through the RW port with --mysql-ssl=on must really be in TLS: the proxy counts them.
 tls_sessions() { curl -s "http://127.0.0.1:$((MARIADB_PORT + 6))/metrics" | awk '/^paxsql_proxy_tls_sessions_total/ {print $2}'; }
 
@@ -42,11 +71,15 @@ OUT=$DIR/runs.txt
 for round in $(seq 1 "$ROUNDS"); do
   for combo in oltp_point_select:1 oltp_point_select:16 oltp_insert:16; do
     test=${combo%%:*}; threads=${combo##*:}
-    for mode in plain tls direct; do
+    for mode in plain tls relay_plain relay_tls direct native_plain native_tls; do
       case $mode in
         plain) port=$RW_PORT; ssl=off ;;
         tls) port=$RW_PORT; ssl=on ;;
+        relay_plain) port=$OTHER_RW_PORT; ssl=off ;;
+        relay_tls) port=$OTHER_RW_PORT; ssl=on ;;
         direct) port=$MARIADB_PORT; ssl=off ;;
+        native_plain) port=$NATIVE_PORT; ssl=off ;;
+        native_tls) port=$NATIVE_PORT; ssl=on ;;
       esac
       before=$(tls_sessions)
       tps=$(sb "$test" "$threads" "$port" --mysql-ssl=$ssl --time="$SECONDS_RUN" --report-interval=0 run \
@@ -67,10 +100,14 @@ for line in open(sys.argv[1]):
     test, threads, mode, tps = line.split()
     runs.setdefault((test, int(threads)), {}).setdefault(mode, []).append(float(tps))
 print()
-print("| test | threads | direct TPS | RW plain TPS | RW TLS TPS | TLS / plain | plain / direct |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| test | threads | direct TPS | RW plain TPS | RW TLS TPS | TLS / plain | plain / direct "
+      "| native plain TPS | native TLS TPS | native TLS / plain "
+      "| other node's RW plain TPS | its TLS TPS | relay plain / RW plain | relay TLS / RW TLS |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (test, threads), m in runs.items():
-    d, p, t = (statistics.median(m[k]) for k in ("direct", "plain", "tls"))
-    print(f"| {test} | {threads} | {d:,.0f} | {p:,.0f} | {t:,.0f} | {t / p:.3f} | {p / d:.3f} |")
+    d, p, t, n_p, n_t, r_p, r_t = (statistics.median(m[k]) for k in
+        ("direct", "plain", "tls", "native_plain", "native_tls", "relay_plain", "relay_tls"))
+    print(f"| {test} | {threads} | {d:,.0f} | {p:,.0f} | {t:,.0f} | {t / p:.3f} | {p / d:.3f} "
+          f"| {n_p:,.0f} | {n_t:,.0f} | {n_t / n_p:.3f} | {r_p:,.0f} | {r_t:,.0f} | {r_p / p:.3f} | {r_t / t:.3f} |")
 PY
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -63,6 +63,7 @@ struct Inner {
     proxy_kills_softened: Counter,
     proxy_commands_refused: Counter,
     proxy_tls_sessions: Counter,
+    proxy_relays: Family<ReasonLabels, Counter>,
     /// The proxy figures already counted into the counters above.
     proxy_counted: std::sync::Mutex<ProxyStatsSnapshot>,
     peer_calls_rejected: Counter,
@@ -116,6 +117,7 @@ impl Metrics {
             proxy_kills_softened: Counter::default(),
             proxy_commands_refused: Counter::default(),
             proxy_tls_sessions: Counter::default(),
+            proxy_relays: Family::default(),
             proxy_counted: std::sync::Mutex::new(ProxyStatsSnapshot::default()),
             peer_calls_rejected: Counter::default(),
             peer_messages_dropped: Family::default(),
@@ -197,6 +199,12 @@ impl Metrics {
             inner.proxy_tls_sessions.clone(),
         );
         r.register(
+            "paxsql_proxy_relays",
+            "RW connections carried between nodes through the master's peer port: direction=\"out\" sent by this \
+             node's RW port to another node's master, direction=\"in\" taken by this node as master",
+            inner.proxy_relays.clone(),
+        );
+        r.register(
             "paxsql_peer_calls_rejected",
             "Calls to the peer port refused: wrong cluster id or secret, or (TLS) a certificate naming no member",
             inner.peer_calls_rejected.clone(),
@@ -264,6 +272,8 @@ impl Metrics {
         m.proxy_kills_softened.inc_by(new(now.kills_softened, counted.kills_softened));
         m.proxy_commands_refused.inc_by(new(now.commands_refused, counted.commands_refused));
         m.proxy_tls_sessions.inc_by(new(now.tls_sessions, counted.tls_sessions));
+        m.proxy_relays.get_or_create(&[("direction", "out")]).inc_by(new(now.relayed_out, counted.relayed_out));
+        m.proxy_relays.get_or_create(&[("direction", "in")]).inc_by(new(now.relayed_in, counted.relayed_in));
         for (reason, now, before) in [
             ("no_master", now.refused_no_master, counted.refused_no_master),
             ("backend_unreachable", now.refused_backend_unreachable, counted.refused_backend_unreachable),

@@ -12,7 +12,9 @@ use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
 use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
 use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, ServingReply, ServingRequest, StatusReply, StatusRequest};
-use paxsql_peer_transport::{ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerServer, TransportConfig};
+use paxsql_peer_transport::{
+    ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, TransportConfig,
+};
 use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -25,7 +27,7 @@ use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
     AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView, PeerServerCounts,
 };
-use paxsql_proxy::{LocalServer, Proxy, ProxyConfig, Route};
+use paxsql_proxy::{Backend, LocalServer, Proxy, ProxyConfig, Route};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -117,7 +119,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let (serving_tx, serving) = watch::channel(None);
     let admin_service = AdminService { status: admin_status, donor: donor_slot, serving: serving.clone() };
     let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
-    let (peer_server, mut peer_rx) = PeerServer::bind_with_routes(cfg.listen.peer, &tcfg, Some(routes)).await?;
+    // Relays too: the other members' RW ports reach this node's mariadbd through this port while it is master.
+    let also = PeerPortServices { routes: Some(routes), relays: true };
+    let (mut peer_server, mut peer_rx) = PeerServer::bind_serving(cfg.listen.peer, &tcfg, also).await?;
+    let relays = peer_server.take_relays();
     let mut client = PeerClient::new(&tcfg)?;
     for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
         client.set_peer(m.id, &m.peer.to_string())?;
@@ -205,9 +210,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             max_connections: cfg.proxy.max_connections,
             tls: client_tls.clone(),
             tls_required: client_tls_required,
+            relay: Some(Arc::new(RelayDialer::new(&tcfg)?)),
             ..ProxyConfig::default()
         };
-        let check = master_check(cfg.node_id, serving.clone(), &ctx.donors, pcfg.connect_timeout)?;
+        let check = master_check(cfg.node_id, serving.clone());
         let proxy = Proxy::bind(pcfg, route_rx)
             .await?
             .with_master_check(check)
@@ -217,16 +223,34 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
     }
-    let member_mariadb: std::collections::HashMap<u64, std::net::SocketAddr> =
-        cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?))).collect();
+    let member_peers: std::collections::HashMap<u64, std::net::SocketAddr> =
+        cfg.members.iter().map(|m| (m.id, m.peer)).collect();
     let route_task = tokio::spawn(publish_routes(
         cfg.node_id,
         local_mariadb_tcp,
-        member_mariadb,
+        member_peers,
         handle.status.clone(),
         serving.clone(),
         route_tx,
     ));
+    // The other members' RW connections to this node's mariadbd while it is master.
+    // Counted with the proxy's own figures (a node without client ports still relays as master).
+    let relay_stats = proxy_stats.clone().unwrap_or_default();
+    let proxy_stats = Some(relay_stats.clone());
+    let relay_target = paxsql_proxy::relay::RelayTarget {
+        mariadb: local_mariadb_tcp,
+        proxy_protocol: cfg.proxy.proxy_protocol,
+        connect_timeout: ProxyConfig::default().connect_timeout,
+    };
+    let relay_task = relays.map(|relays| {
+        tokio::spawn(paxsql_proxy::relay::serve_relays(
+            relays,
+            serving.clone(),
+            relay_target,
+            relay_stats,
+            shutdown.clone(),
+        ))
+    });
 
     // Admin SQL port and Prometheus metrics, both fed from the status published below.
     let (view_tx, view_rx) = watch::channel(ClusterView::default());
@@ -334,6 +358,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     if let Some(p) = proxy_task {
         let _ = p.await;
     }
+    if let Some(r) = relay_task {
+        // It stops on `shutdown` too; the relayed connections end with it.
+        let _ = r.await;
+    }
     forward.abort();
     let _ = repl_task.await;
     offer(&inbox, Input::Shutdown);
@@ -365,11 +393,12 @@ impl Endpoints {
 
 /// Where the proxy sends writes, from what this node knows. A stale master must never serve (docs/ARCHITECTURE.md §5): the
 /// local server only while it serves the current term under a held lease, another member's only while this node
-/// has seen that master's lease renewed less than a lease ago.
+/// has seen that master's lease renewed less than a lease ago — and then through that member's relay, whose node
+/// accepts only while it serves the term itself.
 fn route_for(
     node_id: u64,
     local: std::net::SocketAddr,
-    members: &std::collections::HashMap<u64, std::net::SocketAddr>,
+    peers: &std::collections::HashMap<u64, std::net::SocketAddr>,
     st: &NodeStatus,
     serving: Option<u64>,
 ) -> Route {
@@ -379,7 +408,7 @@ fn route_for(
     if st.master_id == node_id {
         return match serving {
             Some(v) if st.holds_lease && v == st.master_version => {
-                Route::Master { node_id, master_version: v, addr: local }
+                Route::Master { node_id, master_version: v, backend: Backend::Tcp(local) }
             }
             _ => Route::no_master("this node is taking over as master (election in progress)"),
         };
@@ -389,22 +418,26 @@ fn route_for(
             "the master's lease is not current here (election in progress, or this node is cut off)",
         );
     }
-    match members.get(&st.master_id) {
-        Some(addr) => Route::Master { node_id: st.master_id, master_version: st.master_version, addr: *addr },
-        None => Route::no_master(format!("node {} is master but its mariadb address is not configured", st.master_id)),
+    match peers.get(&st.master_id) {
+        Some(addr) => Route::Master {
+            node_id: st.master_id,
+            master_version: st.master_version,
+            backend: Backend::Relay { node_id: st.master_id, addr: *addr },
+        },
+        None => Route::no_master(format!("node {} is master but is not a configured member", st.master_id)),
     }
 }
 
 async fn publish_routes(
     node_id: u64,
     local: std::net::SocketAddr,
-    members: std::collections::HashMap<u64, std::net::SocketAddr>,
+    peers: std::collections::HashMap<u64, std::net::SocketAddr>,
     mut status: watch::Receiver<NodeStatus>,
     mut serving: watch::Receiver<Option<u64>>,
     routes: watch::Sender<Route>,
 ) {
     loop {
-        let route = route_for(node_id, local, &members, &status.borrow_and_update(), *serving.borrow_and_update());
+        let route = route_for(node_id, local, &peers, &status.borrow_and_update(), *serving.borrow_and_update());
         routes.send_if_modified(|r| {
             if *r == route {
                 return false;
@@ -471,46 +504,13 @@ fn privileged_accounts(ctx: Arc<RoleContext>, mut shutdown: watch::Receiver<bool
     rx
 }
 
-/// The RW port's confirmation that a master's mariadbd serves the term its route names: this node's own serving
-/// term, or the master's node asked over the authenticated admin service (`Serving`), reached as the rebuild
-/// reaches its donors. No answer within `timeout` counts as no: the client is held, as during an election.
-fn master_check(
-    node_id: u64,
-    serving: watch::Receiver<Option<u64>>,
-    members: &Donors,
-    timeout: Duration,
-) -> Result<paxsql_proxy::MasterCheck, NodeError> {
-    use paxsql_peer_transport::pb::admin_client::AdminClient;
-    let mut clients = std::collections::HashMap::new();
-    for (id, address) in members.members.iter().filter(|(id, _)| *id != node_id) {
-        let endpoint = members
-            .endpoint(*id, address)
-            .map_err(|e| NodeError::Other(format!("member {id} peer address {address}: {e}")))?
-            .connect_timeout(timeout);
-        clients.insert(*id, AdminClient::new(endpoint.connect_lazy()));
-    }
-    let clients = Arc::new(clients);
-    let auth = members.auth.clone();
-    Ok(Arc::new(move |master: u64, master_version: u64| {
-        let (serving, clients, auth) = (serving.clone(), clients.clone(), auth.clone());
-        Box::pin(async move {
-            if master == node_id {
-                return *serving.borrow() == Some(master_version);
-            }
-            let Some(client) = clients.get(&master) else { return false };
-            let mut client = client.clone();
-            let mut request = tonic::Request::new(ServingRequest { master_version });
-            auth.attach(&mut request);
-            match tokio::time::timeout(timeout, client.serving(request)).await {
-                Ok(Ok(reply)) => reply.into_inner().serving,
-                Ok(Err(status)) => {
-                    tracing::debug!(master, master_version, %status, "master check failed");
-                    false
-                }
-                Err(_) => false,
-            }
-        })
-    }))
+/// The RW port's confirmation that this node's mariadbd serves the term its route names, asked after the greeting
+/// (a master on another node is asked by its own node, through the relay).
+fn master_check(node_id: u64, serving: watch::Receiver<Option<u64>>) -> paxsql_proxy::MasterCheck {
+    Arc::new(move |master: u64, master_version: u64| {
+        let yes = master == node_id && *serving.borrow() == Some(master_version);
+        Box::pin(std::future::ready(yes))
+    })
 }
 
 /// The admin service on the peer port: `Status` (the latest status, as published below) and `Backup` (a copy of

@@ -128,6 +128,11 @@ impl ClusterAuth {
         &self.cluster_id
     }
 
+    /// The secret, for a frame this crate writes (the relay's first); never for a log.
+    pub(crate) fn secret(&self) -> &str {
+        self.secret_value.to_str().unwrap_or_default()
+    }
+
     /// Adds the cluster id and secret to an outgoing request's metadata.
     pub fn attach<T>(&self, req: &mut Request<T>) {
         let md = req.metadata_mut();
@@ -137,13 +142,21 @@ impl ClusterAuth {
 
     /// Checks incoming metadata. The cluster id is compared first (it is not secret); the secret in constant time.
     pub fn check(&self, md: &MetadataMap) -> Result<(), AuthFailure> {
-        let id = md.get(CLUSTER_ID_HEADER).ok_or(AuthFailure::MissingClusterId)?;
-        if id.as_bytes() != self.cluster_id.as_bytes() {
-            let got: String = String::from_utf8_lossy(id.as_bytes()).chars().take(64).collect();
+        self.check_values(
+            md.get(CLUSTER_ID_HEADER).map(|v| v.as_bytes()),
+            md.get(CLUSTER_SECRET_HEADER).map(|v| v.as_bytes()),
+        )
+    }
+
+    /// [`ClusterAuth::check`] on the two values however they travelled (the relay carries them in its first frame).
+    pub fn check_values(&self, id: Option<&[u8]>, secret: Option<&[u8]>) -> Result<(), AuthFailure> {
+        let id = id.ok_or(AuthFailure::MissingClusterId)?;
+        if id != self.cluster_id.as_bytes() {
+            let got: String = String::from_utf8_lossy(id).chars().take(64).collect();
             return Err(AuthFailure::ClusterIdMismatch { got });
         }
-        let secret = md.get(CLUSTER_SECRET_HEADER).ok_or(AuthFailure::MissingSecret)?;
-        let digest: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        let secret = secret.ok_or(AuthFailure::MissingSecret)?;
+        let digest: [u8; 32] = Sha256::digest(secret).into();
         if bool::from(digest.ct_eq(&self.secret_digest)) {
             Ok(())
         } else {

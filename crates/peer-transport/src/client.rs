@@ -206,7 +206,6 @@ pub fn peer_endpoint(
     }
 }
 
-#[cfg(feature = "tls")]
 fn client_tls(ep: Endpoint, tls: &TlsConfig, server: Option<NodeId>) -> Result<Endpoint, TransportError> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let m = tls.load()?;
@@ -216,11 +215,6 @@ fn client_tls(ep: Endpoint, tls: &TlsConfig, server: Option<NodeId>) -> Result<E
         c = c.domain_name(crate::identity::member_name(id));
     }
     Ok(ep.tls_config(c)?)
-}
-
-#[cfg(not(feature = "tls"))]
-fn client_tls(_: Endpoint, _: &TlsConfig, _: Option<NodeId>) -> Result<Endpoint, TransportError> {
-    Err(TransportError::TlsNotBuilt)
 }
 
 /// State of a sender's background task.

@@ -156,7 +156,6 @@ impl TransportConfig {
 }
 
 /// PEM material read from the files of a [`TlsConfig`].
-#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub(crate) struct TlsMaterial {
     pub cert: Vec<u8>,
     pub key: Vec<u8>,
@@ -164,7 +163,6 @@ pub(crate) struct TlsMaterial {
 }
 
 impl TlsConfig {
-    #[cfg(feature = "tls")]
     pub(crate) fn load(&self) -> Result<TlsMaterial, TransportError> {
         let read = |what, path: &PathBuf| {
             let bytes =
@@ -183,11 +181,6 @@ impl TlsConfig {
             key: read("private key", &self.key)?,
             ca: read("CA", &self.ca)?,
         })
-    }
-
-    #[cfg(not(feature = "tls"))]
-    pub(crate) fn load(&self) -> Result<TlsMaterial, TransportError> {
-        Err(TransportError::TlsNotBuilt)
     }
 }
 
@@ -215,11 +208,7 @@ mod tests {
             ca: "/nonexistent/ca.pem".into(),
         });
         let err = c.validate().unwrap_err();
-        if cfg!(feature = "tls") {
-            assert!(matches!(err, TransportError::TlsFile { what: "certificate", .. }), "{err}");
-        } else {
-            assert!(matches!(err, TransportError::TlsNotBuilt), "{err}");
-        }
+        assert!(matches!(err, TransportError::TlsFile { what: "certificate", .. }), "{err}");
         assert!(!format!("{c:?}").contains("0123456789abcdef"));
     }
 }

@@ -39,9 +39,6 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
-    /// A `tls` section is configured, but the crate was built without its `tls` feature.
-    #[error("TLS is configured but paxsql-peer-transport was built without its `tls` feature")]
-    TlsNotBuilt,
     /// A peer endpoint is not a usable `host:port` or URI.
     #[error("invalid endpoint {endpoint:?} for node {node}: {reason}")]
     InvalidEndpoint { node: NodeId, endpoint: String, reason: String },

@@ -59,16 +59,9 @@ pub fn identify(cert_der: &[u8]) -> PeerIdentity {
 }
 
 /// What the client certificate of a call names; `None` on a connection without TLS.
-#[cfg(feature = "tls")]
 pub fn caller<T>(req: &tonic::Request<T>) -> Option<PeerIdentity> {
     let certs = req.peer_certs()?;
     Some(certs.first().map_or(PeerIdentity::Other, |c| identify(c)))
-}
-
-/// Without the `tls` feature no call carries a certificate.
-#[cfg(not(feature = "tls"))]
-pub fn caller<T>(_: &tonic::Request<T>) -> Option<PeerIdentity> {
-    None
 }
 
 /// [`identify`] for the first certificate of a PEM file (a node's own chain: the leaf comes first).

@@ -28,6 +28,9 @@
 //! Every call carries the cluster id and the cluster secret as metadata ([`auth`]); with a `tls` section the
 //! connection is mutual TLS, and each member's certificate binds its node id ([`identity`]). Without TLS the secret crosses the network in clear: run plaintext only on a network
 //! you trust.
+//!
+//! The same port carries [`relay`]s: a member's proxy reaching the master's mariadbd through the master's node,
+//! with the same credentials, so that no SQL crosses the network outside this port's TLS.
 
 pub mod auth;
 mod client;
@@ -35,7 +38,9 @@ mod config;
 pub mod convert;
 mod error;
 pub mod identity;
+pub mod relay;
 mod server;
+mod tls;
 
 /// Generated protobuf messages and gRPC stubs for `paxsql.v1`.
 #[allow(clippy::all, missing_docs)]
@@ -48,4 +53,5 @@ pub use client::{peer_endpoint, PeerClient, PeerSender, SenderStats};
 pub use config::{TlsConfig, TransportConfig};
 pub use convert::{decode_envelope, open_envelope, seal_envelope};
 pub use error::TransportError;
-pub use server::{PeerServer, ServerStats};
+pub use relay::{IncomingRelay, RelayDialer, RelayError, RelayRequest, RelayStream};
+pub use server::{PeerPortServices, PeerServer, ServerStats};

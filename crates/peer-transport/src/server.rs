@@ -7,17 +7,23 @@ use std::time::Duration;
 
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos::NodeId;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tonic::transport::server::TcpIncoming;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::Server;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
 use crate::convert::open_envelope;
-use crate::identity::{caller, PeerIdentity};
+use crate::identity::{caller, identify, PeerIdentity};
 use crate::pb;
+use crate::relay::{IncomingRelay, RelayStream, RELAY_ALPN};
 use crate::{TransportConfig, TransportError};
 
 /// Counters of a [`PeerServer`] since it started.
@@ -40,6 +46,8 @@ pub struct ServerStats {
     pub forged: AtomicU64,
     /// Messages dropped because the inbox was full.
     pub dropped_inbox_full: AtomicU64,
+    /// Relays whose request was read and handed to the node.
+    pub relays: AtomicU64,
 }
 
 impl ServerStats {
@@ -57,6 +65,7 @@ pub struct PeerServer {
     /// wait forever, because `Send` streams never end on their own.
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    relays: Option<mpsc::Receiver<IncomingRelay>>,
 }
 
 struct PeerService {
@@ -69,6 +78,21 @@ struct PeerService {
     stop: watch::Receiver<bool>,
 }
 
+/// What the peer port serves besides the `Peer` service.
+#[derive(Default)]
+pub struct PeerPortServices {
+    /// More gRPC services (e.g. the `Admin` service, wrapped with [`ClusterAuth::interceptor`]).
+    pub routes: Option<tonic::service::Routes>,
+    /// Accept relays ([`crate::relay`]) and hand them out through [`PeerServer::take_relays`]. Without it a relay
+    /// is refused at once ("this node relays no connections").
+    pub relays: bool,
+}
+
+/// Relays accepted and not yet taken by the node; more are refused ("busy") rather than left waiting.
+const RELAY_QUEUE: usize = 128;
+/// Bound on a new connection's TLS handshake, or its first bytes on a plaintext port, and a relay's request.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl PeerServer {
     /// Validates `cfg`, binds `addr` (and only it: `0.0.0.0` must be asked for explicitly) and starts serving.
     /// Port 0 picks a free port; see [`PeerServer::local_addr`]. Must be called inside a tokio runtime.
@@ -76,22 +100,27 @@ impl PeerServer {
         addr: SocketAddr,
         cfg: &TransportConfig,
     ) -> Result<(PeerServer, mpsc::Receiver<PeerMessage>), TransportError> {
-        Self::bind_with_routes(addr, cfg, None).await
+        Self::bind_serving(addr, cfg, PeerPortServices::default()).await
     }
 
-    /// [`PeerServer::bind`], also serving `extra` (e.g. the `Admin` service, wrapped with
-    /// [`ClusterAuth::interceptor`]) on the same address.
-    pub async fn bind_with_routes(
+    /// [`PeerServer::bind`], also serving `also` on the same address.
+    pub async fn bind_serving(
         addr: SocketAddr,
         cfg: &TransportConfig,
-        extra: Option<tonic::service::Routes>,
+        also: PeerPortServices,
     ) -> Result<(PeerServer, mpsc::Receiver<PeerMessage>), TransportError> {
         cfg.validate()?;
         let auth = ClusterAuth::new(&cfg.cluster_id, &cfg.cluster_secret)?;
+        let acceptor = match &cfg.tls {
+            Some(tls) => {
+                let config = crate::tls::server_config(&tls.load()?, tls)?;
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+            }
+            None => None,
+        };
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|source| TransportError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| TransportError::Bind { addr, source })?;
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
 
         let (inbox, rx) = mpsc::channel(cfg.inbox_capacity);
         let stats = Arc::new(ServerStats::default());
@@ -99,7 +128,7 @@ impl PeerServer {
         let service = PeerService {
             node_id: cfg.node_id,
             tls: cfg.tls.is_some(),
-            auth,
+            auth: auth.clone(),
             inbox,
             stats: stats.clone(),
             stop: stop_rx.clone(),
@@ -111,25 +140,41 @@ impl PeerServer {
         let keepalive = Duration::from_millis(cfg.keepalive_ms);
         let mut builder =
             Server::builder().http2_keepalive_interval(Some(keepalive)).http2_keepalive_timeout(Some(keepalive));
-        if let Some(tls) = &cfg.tls {
-            builder = with_tls(builder, tls)?;
-        }
-        let router = match extra {
+        let router = match also.routes {
             Some(routes) => builder.add_routes(routes).add_service(peer),
             None => builder.add_service(peer),
         };
+        let (relay_tx, relays) = if also.relays {
+            let (tx, rx) = mpsc::channel(RELAY_QUEUE);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let port = PortSide { auth, stats: stats.clone(), relays: relay_tx, stop: stop_rx.clone() };
 
         let tls = cfg.tls.is_some();
         let span = tracing::info_span!("peer_server", node = cfg.node_id, addr = %local_addr);
+        let shutdown = async move {
+            let mut stop_rx = stop_rx;
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        };
         let task = tokio::spawn(
             async move {
                 tracing::info!(tls, "peer server listening");
-                let res = router
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let mut stop_rx = stop_rx;
-                        let _ = stop_rx.wait_for(|stop| *stop).await;
-                    })
-                    .await;
+                let res = match acceptor {
+                    Some(acceptor) => {
+                        let (grpc_tx, mut grpc_rx) = mpsc::channel(RELAY_QUEUE);
+                        tokio::spawn(port.accept_tls(listener, acceptor, grpc_tx).in_current_span());
+                        let incoming = futures_util::stream::poll_fn(move |cx| grpc_rx.poll_recv(cx));
+                        router.serve_with_incoming_shutdown(incoming, shutdown).await
+                    }
+                    None => {
+                        let (grpc_tx, mut grpc_rx) = mpsc::channel(RELAY_QUEUE);
+                        tokio::spawn(port.accept_plain(listener, grpc_tx).in_current_span());
+                        let incoming = futures_util::stream::poll_fn(move |cx| grpc_rx.poll_recv(cx));
+                        router.serve_with_incoming_shutdown(incoming, shutdown).await
+                    }
+                };
                 match &res {
                     Ok(()) => tracing::info!("peer server stopped"),
                     Err(e) => tracing::error!(error = %e, "peer server failed"),
@@ -138,7 +183,12 @@ impl PeerServer {
             }
             .instrument(span),
         );
-        Ok((PeerServer { local_addr, stats, stop, task: Some(task) }, rx))
+        Ok((PeerServer { local_addr, stats, stop, task: Some(task), relays }, rx))
+    }
+
+    /// The relays this port accepted ([`PeerPortServices::relays`]), once: the node answers each.
+    pub fn take_relays(&mut self) -> Option<mpsc::Receiver<IncomingRelay>> {
+        self.relays.take()
     }
 
     /// The address actually bound.
@@ -173,19 +223,189 @@ impl Drop for PeerServer {
     }
 }
 
-#[cfg(feature = "tls")]
-fn with_tls(builder: Server, tls: &crate::TlsConfig) -> Result<Server, TransportError> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    let m = tls.load()?;
-    // `client_ca_root` makes the client certificate mandatory: mutual TLS.
-    let c =
-        ServerTlsConfig::new().identity(Identity::from_pem(m.cert, m.key)).client_ca_root(Certificate::from_pem(m.ca));
-    Ok(builder.tls_config(c)?)
+/// The accepting side of the peer port: tells gRPC connections from relays and hands each to its server.
+struct PortSide {
+    auth: ClusterAuth,
+    stats: Arc<ServerStats>,
+    relays: Option<mpsc::Sender<IncomingRelay>>,
+    stop: watch::Receiver<bool>,
 }
 
-#[cfg(not(feature = "tls"))]
-fn with_tls(_: Server, _: &crate::TlsConfig) -> Result<Server, TransportError> {
-    Err(TransportError::TlsNotBuilt)
+/// One accepted TCP connection at a time; each is classified in its own task so a slow handshake holds no other.
+async fn accept_each(
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    mut each: impl FnMut(TcpStream, SocketAddr),
+) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|stop| *stop) => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((tcp, remote)) => {
+                backoff = Duration::from_millis(10);
+                let _ = tcp.set_nodelay(true);
+                each(tcp, remote);
+            }
+            Err(e) => {
+                // EMFILE and the like: back off rather than spin.
+                tracing::warn!(error = %e, "peer port accept failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+impl PortSide {
+    async fn accept_tls(
+        self,
+        listener: TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+        grpc: mpsc::Sender<Result<tokio_rustls::server::TlsStream<TcpStream>, std::io::Error>>,
+    ) {
+        let side = Arc::new(self);
+        accept_each(listener, side.stop.clone(), |tcp, remote| {
+            let (side, acceptor, grpc) = (side.clone(), acceptor.clone(), grpc.clone());
+            tokio::spawn(
+                async move {
+                    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            ServerStats::bump(&side.stats.calls_rejected);
+                            tracing::warn!(%remote, error = %e, "peer port: TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    if tls.get_ref().1.alpn_protocol() == Some(RELAY_ALPN) {
+                        let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| identify(c));
+                        let stream = RelayStream::Accepted(Box::new(tls));
+                        side.relay(stream, Some(identity.unwrap_or(PeerIdentity::Other)), false, remote).await;
+                    } else {
+                        let _ = grpc.send(Ok(tls)).await;
+                    }
+                }
+                .in_current_span(),
+            );
+        })
+        .await;
+    }
+
+    async fn accept_plain(self, listener: TcpListener, grpc: mpsc::Sender<Result<Sniffed, std::io::Error>>) {
+        let side = Arc::new(self);
+        accept_each(listener, side.stop.clone(), |mut tcp, remote| {
+            let (side, grpc) = (side.clone(), grpc.clone());
+            tokio::spawn(
+                async move {
+                    // HTTP/2 opens with its preface, a relay with its magic: eight bytes tell them apart.
+                    let mut first = [0u8; 8];
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.read_exact(&mut first)).await {
+                        Ok(Ok(_)) => {}
+                        _ => return,
+                    }
+                    if first == crate::relay::MAGIC {
+                        side.relay(RelayStream::Plain(tcp), None, true, remote).await;
+                    } else {
+                        let _ = grpc.send(Ok(Sniffed { first, read: 0, tcp })).await;
+                    }
+                }
+                .in_current_span(),
+            );
+        })
+        .await;
+    }
+
+    /// Reads a relay's request and hands it to the node, or answers no.
+    async fn relay(
+        &self,
+        mut stream: RelayStream,
+        identity: Option<PeerIdentity>,
+        magic_read: bool,
+        remote: SocketAddr,
+    ) {
+        let read = crate::relay::read_request(&mut stream, &self.auth, identity, magic_read);
+        let (request, member) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(why)) => {
+                ServerStats::bump(&self.stats.calls_rejected);
+                tracing::warn!(%remote, why, "refused a relay");
+                crate::relay::refuse(stream, &why).await;
+                return;
+            }
+            Err(_) => return,
+        };
+        let incoming = IncomingRelay::new(request, member, remote, stream);
+        let Some(relays) = &self.relays else {
+            incoming.refuse("this node relays no connections").await;
+            return;
+        };
+        match relays.try_send(incoming) {
+            Ok(()) => ServerStats::bump(&self.stats.relays),
+            Err(mpsc::error::TrySendError::Full(incoming)) => {
+                tracing::warn!(%remote, "refused a relay: too many waiting");
+                incoming.refuse("busy: too many relays waiting").await;
+            }
+            Err(mpsc::error::TrySendError::Closed(incoming)) => incoming.refuse("the node is shutting down").await,
+        }
+    }
+}
+
+/// A plaintext gRPC connection whose first eight bytes were read to tell it from a relay; they are read again
+/// first.
+struct Sniffed {
+    first: [u8; 8],
+    read: usize,
+    tcp: TcpStream,
+}
+
+impl Connected for Sniffed {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.tcp.connect_info()
+    }
+}
+
+impl AsyncRead for Sniffed {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.read < this.first.len() {
+            let n = (this.first.len() - this.read).min(buf.remaining());
+            buf.put_slice(&this.first[this.read..this.read + n]);
+            this.read += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Sniffed {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
 }
 
 #[tonic::async_trait]

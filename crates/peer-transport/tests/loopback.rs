@@ -9,7 +9,10 @@ use std::time::Duration;
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos::{Ballot, Message, MessageBody, Value};
 use paxsql_peer_transport::pb;
-use paxsql_peer_transport::{seal_envelope, ClusterAuth, ClusterSecret, PeerClient, PeerServer, TransportConfig};
+use paxsql_peer_transport::{
+    seal_envelope, ClusterAuth, ClusterSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, RelayError,
+    RelayRequest, TransportConfig,
+};
 use tokio::sync::mpsc;
 use tonic::Code;
 
@@ -349,12 +352,10 @@ async fn sender_reconnects_after_the_server_restarts() {
     server.shutdown().await;
 }
 
-#[cfg(feature = "tls")]
 struct Pki {
     dir: tempfile::TempDir,
 }
 
-#[cfg(feature = "tls")]
 impl Pki {
     /// A cluster CA with certificates for members 1, 2 and 3 and an operator tool (each also for 127.0.0.1), and
     /// a stranger CA with its own member-2 certificate.
@@ -399,7 +400,6 @@ impl Pki {
     }
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_carries_messages_and_refuses_strangers() {
     init_logs();
@@ -433,7 +433,6 @@ async fn mutual_tls_carries_messages_and_refuses_strangers() {
     server.shutdown().await;
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_cannot_speak_for_another() {
     init_logs();
@@ -454,7 +453,6 @@ async fn a_member_cannot_speak_for_another() {
     server.shutdown().await;
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_reaches_only_the_member_it_dialled() {
     init_logs();
@@ -473,7 +471,6 @@ async fn a_client_reaches_only_the_member_it_dialled() {
     impostor.shutdown().await;
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_certificate_reaches_the_admin_service_but_sends_no_paxos_message() {
     init_logs();
@@ -481,7 +478,10 @@ async fn an_operator_certificate_reaches_the_admin_service_but_sends_no_paxos_me
     let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
     let routes =
         tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(StatusOnly, auth.interceptor()));
-    let (server, mut inbox) = PeerServer::bind_with_routes(localhost(), &pki.member(1), Some(routes)).await.unwrap();
+    let (server, mut inbox) =
+        PeerServer::bind_serving(localhost(), &pki.member(1), PeerPortServices { routes: Some(routes), relays: false })
+            .await
+            .unwrap();
     let operator = pki.tls("", "operator", "");
     // The server is verified by the address dialled (127.0.0.1 is in its certificate), not by member name.
     let ep = paxsql_peer_transport::peer_endpoint(Some(&operator), None, &server.local_addr().to_string()).unwrap();
@@ -502,7 +502,6 @@ async fn an_operator_certificate_reaches_the_admin_service_but_sends_no_paxos_me
     server.shutdown().await;
 }
 
-#[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_config_errors_are_reported_at_config_time() {
     init_logs();
@@ -527,7 +526,10 @@ async fn admin_service_shares_the_port_and_the_authentication() {
     let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
     let routes =
         tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(StatusOnly, auth.interceptor()));
-    let (server, _inbox) = PeerServer::bind_with_routes(localhost(), &cfg(1), Some(routes)).await.unwrap();
+    let (server, _inbox) =
+        PeerServer::bind_serving(localhost(), &cfg(1), PeerPortServices { routes: Some(routes), relays: false })
+            .await
+            .unwrap();
     let mut admin = pb::admin_client::AdminClient::connect(format!("http://{}", server.local_addr())).await.unwrap();
     let status = admin.status(pb::StatusRequest {}).await.unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated);
@@ -535,5 +537,114 @@ async fn admin_service_shares_the_port_and_the_authentication() {
     auth.attach(&mut req);
     let reply = admin.status(req).await.unwrap().into_inner();
     assert_eq!((reply.node_id, reply.role.as_str()), (1, "replica"));
+    server.shutdown().await;
+}
+
+/// Answers every relay the server hands out by echoing what the dialler sends, after checking who asked.
+fn echo_relays(server: &mut PeerServer, expect_member: Option<u64>) -> tokio::task::JoinHandle<u64> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut relays = server.take_relays().expect("relays asked for");
+    tokio::spawn(async move {
+        let mut served = 0;
+        while let Some(relay) = relays.recv().await {
+            assert_eq!(relay.member, expect_member);
+            assert_eq!(relay.request.master_version, 7);
+            assert_eq!(relay.request.client, "10.1.2.3:40000".parse().unwrap());
+            let mut stream = relay.accept().await.unwrap();
+            let mut buf = [0u8; 5];
+            stream.read_exact(&mut buf).await.unwrap();
+            stream.write_all(&buf).await.unwrap();
+            stream.shutdown().await.unwrap();
+            served += 1;
+        }
+        served
+    })
+}
+
+fn relay_request() -> RelayRequest {
+    RelayRequest {
+        master_version: 7,
+        client: "10.1.2.3:40000".parse().unwrap(),
+        proxy: "127.0.0.1:3306".parse().unwrap(),
+    }
+}
+
+/// What came back through a relay for `hello`, and whether it was encrypted.
+async fn relay_echo(dialer: &RelayDialer, node: u64, addr: SocketAddr) -> Result<(Vec<u8>, bool), RelayError> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = dialer.dial(node, addr, &relay_request(), DEADLINE).await?;
+    stream.write_all(b"hello").await.unwrap();
+    let mut back = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut back)).await.unwrap().unwrap();
+    Ok((back, stream.is_tls()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_share_the_tls_port_with_grpc_and_only_members_get_through() {
+    init_logs();
+    let pki = Pki::new();
+    let also = PeerPortServices { routes: None, relays: true };
+    let (mut server, mut inbox) = PeerServer::bind_serving(localhost(), &pki.member(1), also).await.unwrap();
+    let addr = server.local_addr();
+    let echo = echo_relays(&mut server, Some(2));
+
+    // A member relays, over TLS, on the port that carries its Paxos messages.
+    let dialer = RelayDialer::new(&pki.member(2)).unwrap();
+    assert_eq!(relay_echo(&dialer, 1, addr).await.unwrap(), (b"hello".to_vec(), true));
+    let mut client = PeerClient::new(&pki.member(2)).unwrap();
+    client.set_peer(1, &addr.to_string()).unwrap();
+    client.send(accept(2, 1, 1));
+    assert_eq!(recv_n(&mut inbox, 1).await, vec![accept(2, 1, 1)]);
+
+    // The dialler checks the server is the member it dials: node 1's certificate does not name node 3.
+    let err = dialer.dial(3, addr, &relay_request(), DEADLINE).await.unwrap_err();
+    assert!(matches!(err, RelayError::Io { .. }), "{err}");
+    // A certificate of another CA gets no TLS session.
+    let mut stranger = cfg(2);
+    stranger.tls = Some(pki.tls("stranger-", "node2", ""));
+    let err = relay_echo(&RelayDialer::new(&stranger).unwrap(), 1, addr).await.unwrap_err();
+    assert!(matches!(err, RelayError::Io { .. }), "{err}");
+    // The right certificate with the wrong cluster secret is refused with the failed check named.
+    let mut wrong = pki.member(2);
+    wrong.cluster_secret = ClusterSecret::new("another-secret-0123456789");
+    match relay_echo(&RelayDialer::new(&wrong).unwrap(), 1, addr).await {
+        Err(RelayError::Refused { node: 1, detail }) => assert_eq!(detail, "cluster secret wrong"),
+        other => panic!("{other:?}"),
+    }
+    drop(client);
+    server.shutdown().await;
+    assert_eq!(echo.await.unwrap(), 1, "exactly the member's relay reached the node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_on_a_plaintext_port_need_the_secret_and_a_node_that_takes_them() {
+    init_logs();
+    let also = PeerPortServices { routes: None, relays: true };
+    let (mut server, mut inbox) = PeerServer::bind_serving(localhost(), &cfg(1), also).await.unwrap();
+    let addr = server.local_addr();
+    let echo = echo_relays(&mut server, None);
+    let dialer = RelayDialer::new(&cfg(2)).unwrap();
+    assert_eq!(relay_echo(&dialer, 1, addr).await.unwrap(), (b"hello".to_vec(), false));
+    // gRPC on the same plaintext port still gets its first bytes back after the port looked at them.
+    let mut client = PeerClient::new(&cfg(2)).unwrap();
+    client.set_peer(1, &addr.to_string()).unwrap();
+    client.send(accept(2, 1, 1));
+    assert_eq!(recv_n(&mut inbox, 1).await, vec![accept(2, 1, 1)]);
+    let mut other = cfg(2);
+    other.cluster_id = "another-cluster".into();
+    match relay_echo(&RelayDialer::new(&other).unwrap(), 1, addr).await {
+        Err(RelayError::Refused { detail, .. }) => assert_eq!(detail, "cluster id mismatch"),
+        other => panic!("{other:?}"),
+    }
+    drop(client);
+    server.shutdown().await;
+    assert_eq!(echo.await.unwrap(), 1);
+
+    // A port that does not relay says so at once.
+    let (server, _inbox) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
+    match relay_echo(&dialer, 1, server.local_addr()).await {
+        Err(RelayError::Refused { detail, .. }) => assert_eq!(detail, "this node relays no connections"),
+        other => panic!("{other:?}"),
+    }
     server.shutdown().await;
 }

@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
     let Args { cfg, backend, threads } = parse_args()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
     runtime.block_on(async move {
-        let route = Route::Master { node_id: 1, master_version: 1, addr: backend };
+        let route = Route::Master { node_id: 1, master_version: 1, backend: Backend::Tcp(backend) };
         let (_routes, rx) = tokio::sync::watch::channel(route);
         let mode = cfg.forward_mode;
         let proxy = Proxy::bind(cfg, rx).await?;

@@ -22,6 +22,13 @@ pub enum Backend {
     /// Its unix socket. A paxsql node reaches its own mariadbd this way: a replica's mariadbd refuses every TCP
     /// login (`require_secure_transport`), so that no account, however privileged, writes into it from the network.
     Unix(PathBuf),
+    /// Another member's mariadbd, through that member's relay on its peer port `addr` (see [`crate::relay`]):
+    /// TLS and member credentials on the wire, the term checked by the master's own node. Needs
+    /// [`ProxyConfig::relay`].
+    Relay {
+        node_id: u64,
+        addr: SocketAddr,
+    },
 }
 
 impl fmt::Display for Backend {
@@ -29,6 +36,7 @@ impl fmt::Display for Backend {
         match self {
             Backend::Tcp(addr) => write!(f, "{addr}"),
             Backend::Unix(path) => write!(f, "{}", path.display()),
+            Backend::Relay { node_id, addr } => write!(f, "node {node_id} (relay at {addr})"),
         }
     }
 }
@@ -58,6 +66,9 @@ pub struct ProxyConfig {
     pub tls: Option<ServerTls>,
     /// Refuse clients that do not ask for TLS (needs `tls`).
     pub tls_required: bool,
+    /// How [`Backend::Relay`] routes are reached: this node's member credentials. `None`: such a route is
+    /// unreachable (the client is held, then refused).
+    pub relay: Option<std::sync::Arc<paxsql_peer_transport::RelayDialer>>,
 }
 
 impl Default for ProxyConfig {
@@ -73,6 +84,7 @@ impl Default for ProxyConfig {
             forward_mode: ForwardMode::Splice,
             tls: None,
             tls_required: false,
+            relay: None,
         }
     }
 }

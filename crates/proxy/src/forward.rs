@@ -10,6 +10,8 @@ use tokio::net::{TcpStream, UnixStream};
 
 use tracing::{info, warn};
 
+use paxsql_peer_transport::{RelayDialer, RelayError, RelayRequest, RelayStream};
+
 use crate::statement::{self, Verdict};
 use crate::tls::{self, ServerTls};
 use crate::wire::{ErrPacket, ProxyHeader};
@@ -72,19 +74,41 @@ pub(crate) async fn forward<S: ServerStream>(
                 client_wr.shutdown().await?;
                 Ok::<_, io::Error>(moved)
             };
-            let c2s = async {
-                let mut moved = 0u64;
-                filter_client(&mut client, server, stats, refused_users, None, &mut moved).await?;
-                server.shutdown().await?;
-                Ok::<_, io::Error>(moved)
-            };
+            let c2s = client_to_server(&mut client, server, stats, refused_users, None);
             both_ways(s2c, c2s).await
         }
-        ClientConn::Tls(client) => {
-            let mut server_rd = match server.duplicate() {
+        tls_client => {
+            let server_rd = match server.duplicate() {
                 Ok(s) => s,
                 Err(e) => return Forwarded::failed(e),
             };
+            forward_streams(tls_client, server_rd, server, stats, refused_users).await
+        }
+    }
+}
+
+/// [`forward`] by copying, for a server whose socket cannot be spliced or duplicated (a TLS relay), and for TLS
+/// clients: `server_rd` and `server_wr` are the two directions of one server connection.
+async fn forward_streams<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client: ClientConn,
+    mut server_rd: R,
+    server_wr: &mut W,
+    stats: &ProxyStats,
+    refused_users: Option<&BTreeSet<String>>,
+) -> Forwarded {
+    match client {
+        ClientConn::Plain(mut client) => {
+            let (mut client_rd, mut client_wr) = client.split();
+            let s2c = async {
+                let mut reader = tokio::io::BufReader::with_capacity(COPY_BUF_BYTES, &mut server_rd);
+                let moved = tokio::io::copy_buf(&mut reader, &mut client_wr).await?;
+                client_wr.shutdown().await?;
+                Ok::<_, io::Error>(moved)
+            };
+            let c2s = client_to_server(&mut client_rd, server_wr, stats, refused_users, None);
+            both_ways(s2c, c2s).await
+        }
+        ClientConn::Tls(client) => {
             let (mut client_rd, mut client_wr) = tokio::io::split(*client);
             let login_done = AtomicBool::new(false);
             let s2c = async {
@@ -92,15 +116,24 @@ pub(crate) async fn forward<S: ServerStream>(
                 client_wr.shutdown().await?;
                 Ok::<_, io::Error>(moved)
             };
-            let c2s = async {
-                let mut moved = 0u64;
-                filter_client(&mut client_rd, server, stats, refused_users, Some(&login_done), &mut moved).await?;
-                server.shutdown().await?;
-                Ok::<_, io::Error>(moved)
-            };
+            let c2s = client_to_server(&mut client_rd, server_wr, stats, refused_users, Some(&login_done));
             both_ways(s2c, c2s).await
         }
     }
+}
+
+/// The client's direction: [`filter_client`] until the client closes, then the server's write side shut.
+async fn client_to_server<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client: &mut R,
+    server: &mut W,
+    stats: &ProxyStats,
+    refused_users: Option<&BTreeSet<String>>,
+    tls_login: Option<&AtomicBool>,
+) -> io::Result<u64> {
+    let mut moved = 0u64;
+    filter_client(client, server, stats, refused_users, tls_login, &mut moved).await?;
+    server.shutdown().await?;
+    Ok(moved)
 }
 
 /// Runs both directions until both are done or one fails.
@@ -617,6 +650,8 @@ fn restrict_greeting(packet: &mut [u8]) {
 pub(crate) enum ServerConn {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// Through another member's relay over TLS (a plaintext relay is a [`ServerConn::Tcp`]: it can be spliced).
+    Relay(RelayStream),
 }
 
 impl ServerConn {
@@ -624,6 +659,7 @@ impl ServerConn {
         match self {
             ServerConn::Tcp(s) => s.abort(),
             ServerConn::Unix(s) => s.abort(),
+            ServerConn::Relay(s) => s.abort(),
         }
     }
 }
@@ -643,6 +679,13 @@ pub(crate) async fn serve_client(
         },
         ServerConn::Unix(s) => match log_in(client, s, rules, stats).await {
             Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
+            Err(e) => Forwarded::failed(e),
+        },
+        ServerConn::Relay(s) => match log_in(client, s, rules, stats).await {
+            Ok(client) => {
+                let (server_rd, mut server_wr) = tokio::io::split(s);
+                forward_streams(client, server_rd, &mut server_wr, stats, rules.refused_users).await
+            }
             Err(e) => Forwarded::failed(e),
         },
     }
@@ -671,6 +714,46 @@ pub(crate) async fn open_backend(
         Backend::Unix(path) => {
             let (stream, greeting) = open_on(UnixStream::connect(path), backend, timeout, header).await?;
             Ok((ServerConn::Unix(stream), greeting))
+        }
+        Backend::Relay { .. } => {
+            Err(unreachable(backend, timeout, "a relay is opened with open_relay, for a master's term".into()))
+        }
+    }
+}
+
+/// Opens a relay to the master `backend` (a [`Backend::Relay`]) for a client of `request`, and reads mariadbd's
+/// greeting through it. The master's node answers only while its mariadbd serves `request.master_version`, and
+/// sends the PROXY header to it itself.
+pub(crate) async fn open_relay(
+    dialer: Option<&RelayDialer>,
+    backend: &Backend,
+    request: &RelayRequest,
+    timeout: Duration,
+) -> Result<(ServerConn, Vec<u8>), ProxyError> {
+    let (Backend::Relay { node_id, addr }, Some(dialer)) = (backend, dialer) else {
+        return Err(unreachable(backend, timeout, "no relay credentials configured".into()));
+    };
+    let stream = dialer.dial(*node_id, *addr, request, timeout).await.map_err(|e| match e {
+        RelayError::Refused { detail, .. } => unreachable(backend, timeout, detail),
+        other => unreachable(backend, timeout, other.to_string()),
+    })?;
+    let mut server = match stream {
+        RelayStream::Plain(tcp) => ServerConn::Tcp(tcp),
+        tls => ServerConn::Relay(tls),
+    };
+    let read = match &mut server {
+        ServerConn::Tcp(s) => read_greeting(s, backend, timeout).await,
+        ServerConn::Unix(s) => read_greeting(s, backend, timeout).await,
+        ServerConn::Relay(s) => read_greeting(s, backend, timeout).await,
+    };
+    match read {
+        Ok(mut greeting) => {
+            restrict_greeting(&mut greeting);
+            Ok((server, greeting))
+        }
+        Err(e) => {
+            server.abort();
+            Err(e)
         }
     }
 }

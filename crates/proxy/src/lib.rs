@@ -4,8 +4,10 @@
 //! connection to the mariadbd of the node that holds the master lease now: the server's bytes untouched (greeting,
 //! authentication, results), the client's read packet by packet so that no command can end a commit that waits
 //! for its majority ([`statement`]: `KILL` is sent on as `KILL SOFT`, forms it cannot make soft are refused). A
-//! client asking for TLS or compression is refused for that reason, until the proxy terminates TLS itself.
-//! Before a client is handed to a master's mariadbd, the master's own node confirms it serves that term
+//! client's TLS ends here ([`tls`]); compression is refused, as it would hide the commands.
+//! A master on another node is reached through that node's [`relay`] on its peer port — mutual TLS with member
+//! certificates, never plaintext SQL on the network — and that node accepts only while its mariadbd serves the
+//! term the route names; a master on this node is checked the same way before the client is handed over
 //! ([`MasterCheck`]). The read-only port forwards to the node's local mariadbd, a read-only replica unless this
 //! node is the master, with the same command filter.
 //!
@@ -32,7 +34,8 @@
 //! let stats = proxy.stats();
 //! let (stop, stopped) = tokio::sync::watch::channel(false);
 //! let task = tokio::spawn(proxy.run(stopped));
-//! route_tx.send_replace(Route::Master { node_id: 2, master_version: 7, addr: "10.0.0.2:3307".parse().unwrap() });
+//! let backend = paxsql_proxy::Backend::Tcp("127.0.0.1:3307".parse().unwrap());
+//! route_tx.send_replace(Route::Master { node_id: 2, master_version: 7, backend });
 //! // ... on lease loss: route_tx.send_replace(Route::no_master("election in progress"));
 //! stop.send_replace(true);
 //! task.await.expect("proxy task")?;
@@ -43,6 +46,7 @@
 mod config;
 mod error;
 mod forward;
+pub mod relay;
 mod route;
 mod server;
 pub mod statement;

@@ -11,7 +11,9 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
-use crate::forward::{open_backend, serve_client, unreachable, LoginRules};
+use paxsql_peer_transport::RelayRequest;
+
+use crate::forward::{open_backend, open_relay, serve_client, unreachable, LoginRules};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -247,18 +249,29 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
     let (target, node_id, master_version, mut server, greeting) = loop {
         let route = routes.borrow_and_update().clone();
         match route {
-            Route::Master { addr, node_id, master_version } => {
+            Route::Master { ref backend, node_id, master_version } => {
                 let header = proxy_header(shared, &client, peer);
                 let timeout = shared.cfg.connect_timeout;
                 let open = async {
-                    let (server, greeting) = open_backend(&Backend::Tcp(addr), timeout, header).await?;
+                    if let Backend::Relay { .. } = backend {
+                        // The master's node answers only while it serves this term: no separate check.
+                        let request = RelayRequest {
+                            master_version,
+                            client: peer,
+                            proxy: client.local_addr().map_err(|e| unreachable(backend, timeout, e.to_string()))?,
+                        };
+                        let opened = open_relay(shared.cfg.relay.as_deref(), backend, &request, timeout).await?;
+                        shared.stats.relayed_out();
+                        return Ok(opened);
+                    }
+                    let (server, greeting) = open_backend(backend, timeout, header).await?;
                     // Asked after the greeting: a yes now means the process that greeted is the serving master
                     // (or already dead), never a demoted or recovering one.
                     if let Some(check) = &shared.master_check {
                         if !check(node_id, master_version).await {
                             server.abort();
                             return Err(unreachable(
-                                &Backend::Tcp(addr),
+                                backend,
                                 timeout,
                                 format!("node {node_id} does not serve as master in term {master_version}"),
                             ));

@@ -14,6 +14,8 @@ pub struct ProxyStats {
     commands_refused: AtomicU64,
     tls_sessions: AtomicU64,
     refused_plaintext: AtomicU64,
+    relayed_out: AtomicU64,
+    relayed_in: AtomicU64,
     bytes_client_to_server: AtomicU64,
     bytes_server_to_client: AtomicU64,
 }
@@ -45,6 +47,10 @@ pub struct ProxyStatsSnapshot {
     pub tls_sessions: u64,
     /// Logins answered with an error because the client did not ask for TLS where it is required.
     pub refused_plaintext: u64,
+    /// RW connections this node's proxy sent through the master's relay (the master being another node).
+    pub relayed_out: u64,
+    /// Relays from other members' proxies this node connected to its mariadbd (as master).
+    pub relayed_in: u64,
     /// Bytes forwarded client → server by connections that ended by themselves (cut ones are not counted:
     /// splice keeps its tally until it finishes).
     pub bytes_client_to_server: u64,
@@ -67,6 +73,8 @@ impl ProxyStats {
             commands_refused: self.commands_refused.load(Relaxed),
             tls_sessions: self.tls_sessions.load(Relaxed),
             refused_plaintext: self.refused_plaintext.load(Relaxed),
+            relayed_out: self.relayed_out.load(Relaxed),
+            relayed_in: self.relayed_in.load(Relaxed),
             bytes_client_to_server: self.bytes_client_to_server.load(Relaxed),
             bytes_server_to_client: self.bytes_server_to_client.load(Relaxed),
         }
@@ -113,6 +121,14 @@ impl ProxyStats {
 
     pub(crate) fn refused_plaintext(&self) {
         self.refused_plaintext.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn relayed_out(&self) {
+        self.relayed_out.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn relayed_in(&self) {
+        self.relayed_in.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn forwarded(&self, client_to_server: u64, server_to_client: u64) {

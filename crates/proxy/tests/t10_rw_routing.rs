@@ -11,7 +11,7 @@ use common::{cli, init_tracing, opts_at, phase, wait_until, Ports, RunningProxy}
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable as _;
 use paxsql_mariadb_testkit::mysql_async::{self, Conn};
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions, ROOT_PASSWORD};
-use paxsql_proxy::{ForwardMode, ProxyConfig, Route};
+use paxsql_proxy::{Backend, ForwardMode, ProxyConfig, Route};
 use tokio::io::AsyncReadExt as _;
 
 static PORTS: Ports = Ports::new(31000);
@@ -19,7 +19,7 @@ static PORTS: Ports = Ports::new(31000);
 const HOLD: Duration = Duration::from_millis(800);
 
 fn master(node_id: u64, master_version: u64, db: &MariaDb) -> Route {
-    Route::Master { node_id, master_version, addr: ([127, 0, 0, 1], db.port()).into() }
+    Route::Master { node_id, master_version, backend: Backend::Tcp(([127, 0, 0, 1], db.port()).into()) }
 }
 
 /// The server error a failed connect returned, or why it is not one.
@@ -146,7 +146,7 @@ async fn rw_port_holds_refuses_forwards_and_cuts() -> anyhow::Result<()> {
 
     phase("unreachable master (its mariadbd died, its lease not yet over): the client is held, then served");
     let nobody = PORTS.next(); // nothing listens there
-    proxy.set_route(Route::Master { node_id: 9, master_version: 4, addr: nobody });
+    proxy.set_route(Route::Master { node_id: 9, master_version: 4, backend: Backend::Tcp(nobody) });
     let waiting = tokio::spawn(Conn::new(root.clone()));
     tokio::time::sleep(HOLD / 3).await;
     ensure!(!waiting.is_finished(), "a client of an unreachable master was answered before the hold time");
@@ -156,7 +156,7 @@ async fn rw_port_holds_refuses_forwards_and_cuts() -> anyhow::Result<()> {
     ensure!(proxy.stats.snapshot().refused_backend_unreachable == 0, "{:?}", proxy.stats.snapshot());
 
     phase("unreachable master for the whole hold time: ERR naming it");
-    proxy.set_route(Route::Master { node_id: 9, master_version: 6, addr: nobody });
+    proxy.set_route(Route::Master { node_id: 9, master_version: 6, backend: Backend::Tcp(nobody) });
     let start = Instant::now();
     let err = server_error(Conn::new(root.clone()).await)?;
     let elapsed = start.elapsed();

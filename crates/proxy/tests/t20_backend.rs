@@ -83,7 +83,7 @@ async fn ro_port_proxy_protocol_and_tls_refusal() -> anyhow::Result<()> {
         proxy_protocol: true,
         ..ProxyConfig::default()
     };
-    let route = Route::Master { node_id: 5, master_version: 1, addr: backend };
+    let route = Route::Master { node_id: 5, master_version: 1, backend: Backend::Tcp(backend) };
     let proxy = RunningProxy::start(cfg, route.clone()).await?;
     let (rw, ro) = (proxy.rw.context("rw")?, proxy.ro.context("ro")?);
     // Clients reach the proxy from 127.0.0.2 through these relays.

@@ -49,7 +49,9 @@ async fn setup() -> anyhow::Result<Setup> {
     .await?;
     let cfg =
         ProxyConfig { rw_listen: Some(PORTS.next()), local_backend: Backend::Tcp(backend), ..ProxyConfig::default() };
-    let proxy = RunningProxy::start(cfg, Route::Master { node_id: 9, master_version: 1, addr: backend }).await?;
+    let proxy =
+        RunningProxy::start(cfg, Route::Master { node_id: 9, master_version: 1, backend: Backend::Tcp(backend) })
+            .await?;
     let rw = proxy.rw.context("rw")?;
     Ok(Setup { db, root, proxy, rw })
 }

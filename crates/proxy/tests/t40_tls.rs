@@ -71,7 +71,9 @@ async fn tls_ends_at_the_proxy_and_the_proxy_still_reads_every_command() -> anyh
         tls: Some(tls.clone()),
         ..ProxyConfig::default()
     };
-    let proxy = RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, addr: backend }).await?;
+    let proxy =
+        RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, backend: Backend::Tcp(backend) })
+            .await?;
     let (rw, ro) = (proxy.rw.context("rw")?, proxy.ro.context("ro")?);
     let ca_arg = format!("--ssl-ca={}", ca.display());
 
@@ -131,7 +133,9 @@ async fn tls_ends_at_the_proxy_and_the_proxy_still_reads_every_command() -> anyh
         tls_required: true,
         ..ProxyConfig::default()
     };
-    let strict = RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, addr: backend }).await?;
+    let strict =
+        RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, backend: Backend::Tcp(backend) })
+            .await?;
     let rw = strict.rw.context("rw")?;
     let run = cli(rw, APP_USER, APP_PASSWORD, &["--skip-ssl"], "SELECT 1").await?;
     ensure!(!run.success && run.stderr.contains("3159"), "{run:?}");
@@ -145,7 +149,9 @@ async fn tls_ends_at_the_proxy_and_the_proxy_still_reads_every_command() -> anyh
     phase("no certificate: TLS is not announced, and a client that insists is told so by its own library");
     let cfg =
         ProxyConfig { rw_listen: Some(PORTS.next()), local_backend: Backend::Tcp(backend), ..ProxyConfig::default() };
-    let bare = RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, addr: backend }).await?;
+    let bare =
+        RunningProxy::start(cfg, Route::Master { node_id: 7, master_version: 1, backend: Backend::Tcp(backend) })
+            .await?;
     let run =
         cli(bare.rw.context("rw")?, APP_USER, APP_PASSWORD, &["--ssl-verify-server-cert", &ca_arg], "SELECT 1").await?;
     ensure!(!run.success && run.stderr.contains("2026"), "{run:?}");

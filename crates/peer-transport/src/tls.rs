@@ -1,0 +1,73 @@
+//! rustls configurations of the peer port, built here rather than by tonic because the port carries two
+//! protocols told apart by ALPN: gRPC (`h2`) and the relay ([`crate::relay::RELAY_ALPN`]).
+
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::config::TlsMaterial;
+use crate::{TlsConfig, TransportError};
+
+fn invalid(field: &'static str, reason: impl std::fmt::Display) -> TransportError {
+    TransportError::InvalidConfig { field, reason: reason.to_string() }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+struct Parsed {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: rustls::RootCertStore,
+}
+
+fn parse(m: &TlsMaterial, files: &TlsConfig) -> Result<Parsed, TransportError> {
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(&m.cert).filter_map(Result::ok).collect();
+    if chain.is_empty() {
+        return Err(invalid("tls.cert", format!("{} holds no PEM certificate", files.cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&m.key)
+        .map_err(|e| invalid("tls.key", format!("{}: no usable PEM private key: {e}", files.key.display())))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&m.ca) {
+        let ca = ca.map_err(|e| invalid("tls.ca", format!("{}: {e}", files.ca.display())))?;
+        roots.add(ca).map_err(|e| invalid("tls.ca", format!("{}: {e}", files.ca.display())))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid("tls.ca", format!("{} holds no CA certificate", files.ca.display())));
+    }
+    Ok(Parsed { chain, key, roots })
+}
+
+/// The peer port's server side: this member's certificate, a client certificate signed by the cluster CA required
+/// (mutual TLS), `h2` and the relay offered.
+pub(crate) fn server_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls::ServerConfig, TransportError> {
+    let p = parse(m, files)?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(p.roots), provider())
+        .build()
+        .map_err(|e| invalid("tls.ca", e))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("tls", e))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(p.chain, p.key)
+        .map_err(|e| {
+            invalid("tls.key", format!("{} does not fit {}: {e}", files.key.display(), files.cert.display()))
+        })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), crate::relay::RELAY_ALPN.to_vec()];
+    Ok(config)
+}
+
+/// A dialler's side: the cluster CA as the only root, this member's certificate as client certificate. The caller
+/// sets the ALPN.
+pub(crate) fn client_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls::ClientConfig, TransportError> {
+    let p = parse(m, files)?;
+    rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("tls", e))?
+        .with_root_certificates(p.roots)
+        .with_client_auth_cert(p.chain, p.key)
+        .map_err(|e| invalid("tls.key", format!("{} does not fit {}: {e}", files.key.display(), files.cert.display())))
+}
