@@ -842,7 +842,23 @@ impl PaxosNode {
 
     /// Records that `value` is chosen at `instance` and reports every newly contiguous chosen value.
     fn learn(&mut self, instance: Instance, value: Value) {
-        if instance <= self.last_chosen || self.chosen_ahead.contains_key(&instance) {
+        // Learned again (a retransmitted commit, a catch-up page): it must be the value already chosen there. Two
+        // values chosen for one instance is the one thing Paxos exists to prevent; going on would apply a log
+        // that differs from the other members'. Checked in release builds: a comparison per duplicate.
+        let known = if instance <= self.last_chosen {
+            Some(self.chosen_log.get(&instance))
+        } else {
+            self.chosen_ahead.get(&instance).map(Some)
+        };
+        if let Some(known) = known {
+            // A compacted instance (below a snapshot) has no value left to compare.
+            if let Some(held) = known {
+                assert!(
+                    *held == value,
+                    "node {}: instance {instance} learned with a value other than the one chosen there",
+                    self.cfg.id
+                );
+            }
             return;
         }
         // A value learned from elsewhere that differs from our own proposal means a higher ballot chose it: we

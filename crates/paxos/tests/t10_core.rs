@@ -157,3 +157,36 @@ fn a_leader_overtaken_by_the_log_steps_down_instead_of_proposing_into_it() {
     assert_eq!(leader.role(), Role::Follower);
     assert_eq!(leader.last_step_down_reason(), "the log moved past this leader");
 }
+
+/// Chooses `x` at instance 1 on all three members.
+fn one_value_chosen() -> BTreeMap<NodeId, PaxosNode> {
+    let mut g = group(3);
+    g.get_mut(&1).unwrap().campaign();
+    settle(&mut g, |_| false);
+    g.get_mut(&1).unwrap().propose(b"x".to_vec()).unwrap();
+    settle(&mut g, |_| false);
+    g.get_mut(&1).unwrap().tick(1_000);
+    settle(&mut g, |_| false);
+    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"x".to_vec()])));
+    g
+}
+
+/// Node 3 is told by node 2 that `value` was chosen at instance 1.
+fn catch_up_at_1(g: &mut BTreeMap<NodeId, PaxosNode>, value: &[u8]) {
+    let entries = vec![(1, Value::Batch(vec![value.to_vec()]))];
+    g.get_mut(&3).unwrap().step(Message { from: 2, to: 3, body: MessageBody::CatchUp { entries, chosen_up_to: 1 } });
+}
+
+#[test]
+fn learning_the_chosen_value_again_changes_nothing() {
+    let mut g = one_value_chosen();
+    catch_up_at_1(&mut g, b"x");
+    assert!(g.get_mut(&3).unwrap().take_ready().chosen.is_empty());
+}
+
+#[test]
+#[should_panic(expected = "instance 1 learned with a value other than the one chosen there")]
+fn learning_another_value_for_a_chosen_instance_stops_the_node() {
+    let mut g = one_value_chosen();
+    catch_up_at_1(&mut g, b"y");
+}

@@ -18,10 +18,28 @@ pub use world::{Outcome, Simulation, Stats};
 use paxsql_paxos::Bug;
 
 /// Runs one seed. `bug` swaps in a deliberately broken protocol variant.
+/// An assertion of the code under test that fires (the Paxos core asserts what must never happen) is a violation of
+/// that seed like any other, reported with its seed instead of ending the sweep.
 pub fn run_seed(seed: u64, bug: Option<Bug>, trace: bool) -> Outcome {
     let mut plan = FaultPlan::from_seed(seed);
     plan.bug = bug;
-    Simulation::new(plan, trace).run()
+    let kept = plan.clone();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Simulation::new(plan, trace).run())) {
+        Ok(outcome) => outcome,
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into());
+            Outcome {
+                plan: kept,
+                stats: Stats::default(),
+                violation: Some(Violation { at_ms: 0, invariant: "an assertion of the code under test", detail }),
+                trace: Vec::new(),
+            }
+        }
+    }
 }
 
 /// What a sweep found.
