@@ -44,6 +44,8 @@ pub struct Config {
 pub enum Bug {
     /// The new leader ignores the values reported in phase 1 and proposes its own.
     IgnorePromisedValues,
+    /// The acceptor records an acceptance without raising its promise to that ballot (a lost promise write).
+    AcceptWithoutPromise,
 }
 
 impl Config {
@@ -260,6 +262,16 @@ impl PaxosNode {
 
     pub fn take_ready(&mut self) -> Ready {
         self.flush_queue();
+        // What goes to disk together must never record an acceptance above the promise: after a crash the node
+        // would answer a Prepare with a value accepted under a ballot it never promised. Cheap: ballots only.
+        for (instance, ballot, _) in &self.ready.batch.accepted {
+            assert!(
+                *ballot <= self.promised,
+                "node {}: instance {instance} accepted at {ballot:?} above the promise {:?}",
+                self.cfg.id,
+                self.promised
+            );
+        }
         std::mem::take(&mut self.ready)
     }
 
@@ -544,7 +556,9 @@ impl PaxosNode {
             self.send(from, MessageBody::Nack { rejected: ballot, promised: self.promised });
             return;
         }
-        self.raise_promise(ballot);
+        if self.cfg.bug != Some(Bug::AcceptWithoutPromise) {
+            self.raise_promise(ballot);
+        }
         self.leader_hint = Some(ballot.node);
         if from != self.cfg.id {
             self.last_contact = Some((from, self.now));

@@ -23,7 +23,7 @@ struct Args {
     threads: usize,
     #[arg(long)]
     trace: bool,
-    /// Run a deliberately broken variant: ignore-promised-values.
+    /// Run a deliberately broken variant: ignore-promised-values, accept-without-promise.
     #[arg(long)]
     bug: Option<String>,
 }
@@ -33,8 +33,9 @@ fn main() -> ExitCode {
     let bug = match args.bug.as_deref() {
         None => None,
         Some("ignore-promised-values") => Some(Bug::IgnorePromisedValues),
+        Some("accept-without-promise") => Some(Bug::AcceptWithoutPromise),
         Some(other) => {
-            eprintln!("unknown --bug {other}; known: ignore-promised-values");
+            eprintln!("unknown --bug {other}; known: ignore-promised-values, accept-without-promise");
             return ExitCode::from(2);
         }
     };

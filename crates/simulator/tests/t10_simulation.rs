@@ -56,13 +56,27 @@ fn broken_proposer_is_caught_within_default_seeds() {
     assert!(
         matches!(
             v.invariant,
-            "at most one value chosen per instance" | "no acknowledged write lost" | "one transaction per GTID"
+            "at most one value chosen per instance"
+                | "no acknowledged write lost"
+                | "one transaction per GTID"
+                | "an assertion of the code under test"
         ),
         "unexpected invariant: {v}"
     );
     // And the failing seed reproduces from its number alone.
     let again = run_seed(caught.plan.seed, Some(Bug::IgnorePromisedValues), false);
     assert_eq!(again.violation.as_ref(), Some(v));
+}
+
+#[test]
+fn an_acceptor_that_loses_its_promise_is_stopped_by_the_core_assertion() {
+    eprintln!("phase: an acceptor recording acceptances above its promise must be caught");
+    let report = sweep(0, default_seeds(), 2, Some(Bug::AcceptWithoutPromise), true);
+    let caught = report.failures.first().expect("the simulator did not catch an acceptor that skips its promise");
+    let v = caught.violation.as_ref().expect("failures carry a violation");
+    eprintln!("caught at seed {}: {v}", caught.plan.seed);
+    assert_eq!(v.invariant, "an assertion of the code under test", "{v}");
+    assert!(v.detail.contains("above the promise"), "{v}");
 }
 
 /// Seeds that once found a bug, each kept as a regression test (found by the 100,000-seed sweeps).
