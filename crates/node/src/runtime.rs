@@ -235,8 +235,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     ));
     // The other members' RW connections to this node's mariadbd while it is master.
     // Counted with the proxy's own figures (a node without client ports still relays as master).
-    let relay_stats = proxy_stats.clone().unwrap_or_default();
-    let proxy_stats = Some(relay_stats.clone());
+    let proxy_stats: Arc<paxsql_proxy::ProxyStats> = proxy_stats.unwrap_or_default();
     let relay_target = paxsql_proxy::relay::RelayTarget {
         mariadb: local_mariadb_tcp,
         proxy_protocol: cfg.proxy.proxy_protocol,
@@ -247,7 +246,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             relays,
             serving.clone(),
             relay_target,
-            relay_stats,
+            proxy_stats.clone(),
             shutdown.clone(),
         ))
     });
@@ -284,9 +283,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         admin_tasks.push(tokio::spawn(async move {
             let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
             loop {
-                if let Some(stats) = &proxy_stats {
-                    metrics.update_proxy(stats.snapshot());
-                }
+                metrics.update_proxy(proxy_stats.snapshot());
                 metrics.update_peer_server(PeerServerCounts {
                     calls_rejected: read(&peer_stats.calls_rejected),
                     forged: read(&peer_stats.forged),

@@ -161,17 +161,14 @@ impl PeerServer {
         let task = tokio::spawn(
             async move {
                 tracing::info!(tls, "peer server listening");
+                // One accepting task classifies connections; tonic serves the gRPC ones it is handed.
                 let res = match acceptor {
                     Some(acceptor) => {
-                        let (grpc_tx, mut grpc_rx) = mpsc::channel(RELAY_QUEUE);
-                        tokio::spawn(port.accept_tls(listener, acceptor, grpc_tx).in_current_span());
-                        let incoming = futures_util::stream::poll_fn(move |cx| grpc_rx.poll_recv(cx));
+                        let incoming = handed_over(|grpc| port.accept_tls(listener, acceptor, grpc));
                         router.serve_with_incoming_shutdown(incoming, shutdown).await
                     }
                     None => {
-                        let (grpc_tx, mut grpc_rx) = mpsc::channel(RELAY_QUEUE);
-                        tokio::spawn(port.accept_plain(listener, grpc_tx).in_current_span());
-                        let incoming = futures_util::stream::poll_fn(move |cx| grpc_rx.poll_recv(cx));
+                        let incoming = handed_over(|grpc| port.accept_plain(listener, grpc));
                         router.serve_with_incoming_shutdown(incoming, shutdown).await
                     }
                 };
@@ -229,6 +226,22 @@ struct PortSide {
     stats: Arc<ServerStats>,
     relays: Option<mpsc::Sender<IncomingRelay>>,
     stop: watch::Receiver<bool>,
+}
+
+/// gRPC connections waiting for tonic to take them.
+const GRPC_QUEUE: usize = 128;
+
+/// Spawns `accept` with the sending end of a queue and returns the queue as the stream of connections tonic serves.
+fn handed_over<IO, F>(
+    accept: impl FnOnce(mpsc::Sender<Result<IO, std::io::Error>>) -> F,
+) -> impl futures_util::Stream<Item = Result<IO, std::io::Error>>
+where
+    IO: Send + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (grpc, mut queue) = mpsc::channel(GRPC_QUEUE);
+    tokio::spawn(accept(grpc).in_current_span());
+    futures_util::stream::poll_fn(move |cx| queue.poll_recv(cx))
 }
 
 /// One accepted TCP connection at a time; each is classified in its own task so a slow handshake holds no other.

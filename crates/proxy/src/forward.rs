@@ -702,13 +702,7 @@ pub(crate) async fn open_backend(
 ) -> Result<(ServerConn, Vec<u8>), ProxyError> {
     match backend {
         Backend::Tcp(addr) => {
-            let connect = async {
-                let stream = TcpStream::connect(addr).await?;
-                // Queries and results are small packets; Nagle would hold them back.
-                stream.set_nodelay(true)?;
-                Ok(stream)
-            };
-            let (stream, greeting) = open_on(connect, backend, timeout, header).await?;
+            let (stream, greeting) = open_tcp(*addr, timeout, header).await?;
             Ok((ServerConn::Tcp(stream), greeting))
         }
         Backend::Unix(path) => {
@@ -719,6 +713,21 @@ pub(crate) async fn open_backend(
             Err(unreachable(backend, timeout, "a relay is opened with open_relay, for a master's term".into()))
         }
     }
+}
+
+/// [`open_backend`] for a mariadbd over TCP, as a TCP stream (the master's end of a relay needs one).
+pub(crate) async fn open_tcp(
+    addr: std::net::SocketAddr,
+    timeout: Duration,
+    header: Option<ProxyHeader>,
+) -> Result<(TcpStream, Vec<u8>), ProxyError> {
+    let connect = async {
+        let stream = TcpStream::connect(addr).await?;
+        // Queries and results are small packets; Nagle would hold them back.
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    };
+    open_on(connect, &Backend::Tcp(addr), timeout, header).await
 }
 
 /// Opens a relay to the master `backend` (a [`Backend::Relay`]) for a client of `request`, and reads mariadbd's
@@ -737,25 +746,12 @@ pub(crate) async fn open_relay(
         RelayError::Refused { detail, .. } => unreachable(backend, timeout, detail),
         other => unreachable(backend, timeout, other.to_string()),
     })?;
-    let mut server = match stream {
+    let (stream, greeting) = greeted(stream, backend, timeout, RelayStream::abort).await?;
+    let server = match stream {
         RelayStream::Plain(tcp) => ServerConn::Tcp(tcp),
         tls => ServerConn::Relay(tls),
     };
-    let read = match &mut server {
-        ServerConn::Tcp(s) => read_greeting(s, backend, timeout).await,
-        ServerConn::Unix(s) => read_greeting(s, backend, timeout).await,
-        ServerConn::Relay(s) => read_greeting(s, backend, timeout).await,
-    };
-    match read {
-        Ok(mut greeting) => {
-            restrict_greeting(&mut greeting);
-            Ok((server, greeting))
-        }
-        Err(e) => {
-            server.abort();
-            Err(e)
-        }
-    }
+    Ok((server, greeting))
 }
 
 /// [`open_backend`] on one transport: `connect` and the PROXY header within `timeout`, then the greeting.
@@ -772,18 +768,29 @@ async fn open_on<S: ServerStream>(
         }
         Ok::<_, io::Error>(stream)
     };
-    let mut stream = match tokio::time::timeout(timeout, attempt).await {
+    let stream = match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => return Err(unreachable(backend, timeout, e.to_string())),
         Err(_) => return Err(unreachable(backend, timeout, "timed out".into())),
     };
+    greeted(stream, backend, timeout, S::abort).await
+}
+
+/// The greeting of a just opened backend `stream`, restricted to what the proxy can forward
+/// ([`restrict_greeting`]); a stream that does not greet is closed with `abort`.
+async fn greeted<S: AsyncRead + Unpin>(
+    mut stream: S,
+    backend: &Backend,
+    timeout: Duration,
+    abort: impl FnOnce(S),
+) -> Result<(S, Vec<u8>), ProxyError> {
     match read_greeting(&mut stream, backend, timeout).await {
         Ok(mut greeting) => {
             restrict_greeting(&mut greeting);
             Ok((stream, greeting))
         }
         Err(e) => {
-            stream.abort();
+            abort(stream);
             Err(e)
         }
     }

@@ -16,9 +16,9 @@ use paxsql_peer_transport::{IncomingRelay, RelayStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, Instrument as _};
 
-use crate::forward::{open_backend, ServerConn};
+use crate::forward::{open_tcp, ServerStream as _};
 use crate::wire::ProxyHeader;
-use crate::{Backend, ProxyStats};
+use crate::ProxyStats;
 
 /// Where and how this node's relays reach its mariadbd.
 #[derive(Clone, Debug)]
@@ -76,13 +76,8 @@ async fn serve_one(
     }
     let header =
         target.proxy_protocol.then_some(ProxyHeader { source: relay.request.client, destination: relay.request.proxy });
-    let (server, greeting) = match open_backend(&Backend::Tcp(target.mariadb), target.connect_timeout, header).await {
-        Ok((ServerConn::Tcp(server), greeting)) => (server, greeting),
-        Ok((other, _)) => {
-            other.abort();
-            relay.refuse("the local mariadbd is not reached over TCP").await;
-            return;
-        }
+    let (mut server, greeting) = match open_tcp(target.mariadb, target.connect_timeout, header).await {
+        Ok(opened) => opened,
         Err(e) => {
             relay.refuse(&e.to_string()).await;
             return;
@@ -92,7 +87,7 @@ async fn serve_one(
     // term (or is already gone), never a demoted or recovering one.
     let now = *serving.borrow_and_update();
     if now != Some(term) {
-        crate::forward::ServerStream::abort(server);
+        server.abort();
         relay.refuse(&not_serving(now)).await;
         return;
     }
@@ -100,12 +95,11 @@ async fn serve_one(
         Ok(stream) => stream,
         Err(e) => {
             debug!(error = %e, "the dialler left before the relay was accepted");
-            crate::forward::ServerStream::abort(server);
+            server.abort();
             return;
         }
     };
     stats.relayed_in();
-    let mut server = server;
     let outcome = tokio::select! {
         moved = pipe(&mut client, &mut server, &greeting) => Some(moved),
         _ = serving.wait_for(|now| *now != Some(term)) => None,
@@ -116,7 +110,7 @@ async fn serve_one(
         Some(Err(e)) => debug!(error = %e, "relay ended"),
         None => {
             info!("cutting a relayed connection: this node no longer serves the term it was opened for");
-            crate::forward::ServerStream::abort(server);
+            server.abort();
             client.abort();
         }
     }

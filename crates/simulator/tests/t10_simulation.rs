@@ -46,13 +46,19 @@ fn same_seed_gives_identical_trace() {
     }
 }
 
+/// The first seed (of the default count) at which `bug` is caught, and the violation found there.
+fn first_caught(bug: Bug) -> (u64, paxsql_simulator::Violation) {
+    let report = sweep(0, default_seeds(), 2, Some(bug), true);
+    let caught = report.failures.first().unwrap_or_else(|| panic!("the simulator did not catch {bug:?}"));
+    let v = caught.violation.clone().expect("failures carry a violation");
+    eprintln!("caught at seed {}: {v}", caught.plan.seed);
+    (caught.plan.seed, v)
+}
+
 #[test]
 fn broken_proposer_is_caught_within_default_seeds() {
     eprintln!("phase: a proposer that ignores the values reported in phase 1 must be caught");
-    let report = sweep(0, default_seeds(), 2, Some(Bug::IgnorePromisedValues), true);
-    let caught = report.failures.first().expect("the simulator did not catch a proposer that ignores promises");
-    let v = caught.violation.as_ref().expect("failures carry a violation");
-    eprintln!("caught at seed {}: {v}", caught.plan.seed);
+    let (seed, v) = first_caught(Bug::IgnorePromisedValues);
     assert!(
         matches!(
             v.invariant,
@@ -64,17 +70,14 @@ fn broken_proposer_is_caught_within_default_seeds() {
         "unexpected invariant: {v}"
     );
     // And the failing seed reproduces from its number alone.
-    let again = run_seed(caught.plan.seed, Some(Bug::IgnorePromisedValues), false);
-    assert_eq!(again.violation.as_ref(), Some(v));
+    let again = run_seed(seed, Some(Bug::IgnorePromisedValues), false);
+    assert_eq!(again.violation.as_ref(), Some(&v));
 }
 
 #[test]
 fn an_acceptor_that_loses_its_promise_is_stopped_by_the_core_assertion() {
     eprintln!("phase: an acceptor recording acceptances above its promise must be caught");
-    let report = sweep(0, default_seeds(), 2, Some(Bug::AcceptWithoutPromise), true);
-    let caught = report.failures.first().expect("the simulator did not catch an acceptor that skips its promise");
-    let v = caught.violation.as_ref().expect("failures carry a violation");
-    eprintln!("caught at seed {}: {v}", caught.plan.seed);
+    let (_, v) = first_caught(Bug::AcceptWithoutPromise);
     assert_eq!(v.invariant, "an assertion of the code under test", "{v}");
     assert!(v.detail.contains("above the promise"), "{v}");
 }
