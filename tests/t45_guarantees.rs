@@ -372,13 +372,24 @@ fn the_read_only_port_refuses_while_its_server_is_not_aligned() {
     c.wait_all(&[n], "SELECT COUNT(*) FROM d", "1", Duration::from_secs(60));
 
     eprintln!("phase: a privileged write on replica {n} outside the log, a clean restart of its mariadbd");
-    // A clean shutdown keeps that write (a crash would let recovery drop it); the node restarts mariadbd. Both in one
-    // session, within a millisecond: the node's replica check (every 0.5 s) must not find the write before the
-    // shutdown does (it then holds the server for a rebuild instead, and this test would wait for a restart).
-    // (Whether the write went in is checked below: the restarted server holds it.)
+    // A clean shutdown keeps that write (a crash would let recovery drop it); the node restarts mariadbd. The node is
+    // paused meanwhile: its replica check (every 0.5 s) must not find the write before the shutdown does (it then
+    // holds the server for a rebuild instead, and this test would wait for a restart; seen in CI even with the
+    // write and the shutdown in one session). Whether the write went in is checked below: the restarted server
+    // holds it.
+    let mariadbd = common::read_pid(&c.node_dir(n).join("data/mariadbd.pid")).expect("mariadbd pid");
+    c.pause_node(n);
     let _ = c.root_sql(n, "INSERT INTO app.d VALUES (666); SHUTDOWN");
-    // Until its node sees the server go, the replica still counts as aligned (a privileged write on a replica is
-    // a limit of its own, README); from the restart on it must not answer.
+    let gone = Instant::now() + Duration::from_secs(30);
+    // Exited: a zombie until the (paused) node reaps it, or gone.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{mariadbd}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    while running() && Instant::now() < gone {
+        thread::sleep(Duration::from_millis(50));
+    }
+    c.resume_node(n);
     c.wait_log(n, "log/node-restart.log", "mariadbd is gone", Duration::from_secs(30));
     c.sql_via(m, "proxy_rw", "INSERT INTO d VALUES (2)", t).expect("the log moves on past the local write");
     let deadline = Instant::now() + Duration::from_secs(60);
