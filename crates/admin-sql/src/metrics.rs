@@ -56,6 +56,10 @@ struct Inner {
     chosen_counted: AtomicU64,
     capture_acked_transactions: Counter,
     capture_ack_latency: Histogram,
+    served_disk_bytes: Gauge<u64, AtomicU64>,
+    served_segments: Gauge<u64, AtomicU64>,
+    served_transactions: Gauge<u64, AtomicU64>,
+    served_cache_bytes: Gauge<u64, AtomicU64>,
     proxy_active: Gauge<u64, AtomicU64>,
     proxy_total: Counter,
     proxy_refused: Family<ReasonLabels, Counter>,
@@ -81,6 +85,16 @@ pub struct PeerServerCounts {
     pub malformed: u64,
     pub misaddressed: u64,
     pub inbox_full: u64,
+}
+
+/// The served binlog's size, as the node reads it from the store.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ServedBinlogFigures {
+    pub disk_bytes: u64,
+    pub segments: u64,
+    /// Transactions held (between the oldest kept after retention and the newest).
+    pub transactions: u64,
+    pub cache_bytes: u64,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -110,6 +124,10 @@ impl Metrics {
             // 250 µs .. ~4 s: loopback ACKs take well under a millisecond, a WAN round trip tens of ms, and a
             // stalled majority shows up in the top buckets.
             capture_ack_latency: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
+            served_disk_bytes: Gauge::default(),
+            served_segments: Gauge::default(),
+            served_transactions: Gauge::default(),
+            served_cache_bytes: Gauge::default(),
             proxy_active: Gauge::default(),
             proxy_total: Counter::default(),
             proxy_refused: Family::default(),
@@ -168,6 +186,26 @@ impl Metrics {
             "paxsql_capture_ack_latency_seconds",
             "Time from capturing a batch from the local master to sending its semi-sync ACK",
             inner.capture_ack_latency.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_disk_bytes",
+            "Bytes of the served binlog's segment files (bounded by its retention)",
+            inner.served_disk_bytes.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_segments",
+            "Segment files of the served binlog",
+            inner.served_segments.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_transactions",
+            "Transactions the served binlog holds after retention",
+            inner.served_transactions.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_cache_bytes",
+            "Bytes of the newest transactions the served binlog keeps in memory",
+            inner.served_cache_bytes.clone(),
         );
         r.register("paxsql_proxy_connections_active", "Open proxy client connections", inner.proxy_active.clone());
         r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
@@ -284,6 +322,15 @@ impl Metrics {
             m.proxy_refused.get_or_create(&[("reason", reason)]).inc_by(new(now, before));
         }
         *counted = now;
+    }
+
+    /// Sets the served binlog's gauges.
+    pub fn update_served_binlog(&self, now: ServedBinlogFigures) {
+        let m = &self.inner;
+        m.served_disk_bytes.set(now.disk_bytes);
+        m.served_segments.set(now.segments);
+        m.served_transactions.set(now.transactions);
+        m.served_cache_bytes.set(now.cache_bytes);
     }
 
     /// The OpenMetrics text exposition of every series.

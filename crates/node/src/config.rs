@@ -225,6 +225,41 @@ pub struct ClientTlsConfig {
     pub require: bool,
 }
 
+/// `[served_binlog]`: the copy of the global log this node serves its local mariadbd from, on disk under
+/// `data_dir/served-binlog`. Retention bounds its disk use; a local replica that falls behind it is rebuilt.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServedBinlogSettings {
+    /// Size at which a segment file is sealed; a restart reads the newest one whole. Default 16 MiB.
+    pub segment_bytes: Option<u64>,
+    /// Newest transactions kept in memory for replicas near the tail. Default 32 MiB.
+    pub cache_bytes: Option<usize>,
+    /// Oldest segments are purged beyond this many bytes. Default 2 GiB.
+    pub retain_bytes: Option<u64>,
+    /// ... or once sealed longer ago than this many hours (0: no age limit). Default 168 (7 days).
+    pub retain_hours: Option<u64>,
+}
+
+impl ServedBinlogSettings {
+    /// The served binlog's configuration for a node whose data directory is `data_dir`.
+    pub fn resolve(&self, data_dir: &Path) -> paxsql_served_binlog::ServedBinlogConfig {
+        let mut c = paxsql_served_binlog::ServedBinlogConfig::new(data_dir.join("served-binlog"));
+        if let Some(v) = self.segment_bytes {
+            c.segment_bytes = v;
+        }
+        if let Some(v) = self.cache_bytes {
+            c.cache_bytes = v;
+        }
+        if let Some(v) = self.retain_bytes {
+            c.retain_bytes = v;
+        }
+        if let Some(h) = self.retain_hours {
+            c.retain_time = (h > 0).then(|| std::time::Duration::from_secs(h * 3600));
+        }
+        c
+    }
+}
+
 /// `node.toml`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -253,6 +288,8 @@ pub struct NodeConfig {
     pub admin: AdminSettings,
     pub tls: Option<TlsConfig>,
     pub client_tls: Option<ClientTlsConfig>,
+    #[serde(default)]
+    pub served_binlog: ServedBinlogSettings,
 }
 
 impl NodeConfig {
@@ -490,6 +527,18 @@ admin_password_file = "/tmp/n1/admin.pw"
         assert!(
             matches!(NodeConfig::parse(&typo), Err(ConfigError::Parse { message, .. }) if message.contains("ca_file"))
         );
+    }
+
+    #[test]
+    fn served_binlog_section_resolves_under_the_data_dir_and_refuses_unknown_keys() {
+        let defaults = NodeConfig::parse(GOOD).unwrap().served_binlog.resolve(Path::new("/d"));
+        assert_eq!(defaults.dir, Path::new("/d/served-binlog"));
+        assert_eq!((defaults.segment_bytes, defaults.retain_bytes), (16 << 20, 2 << 30));
+        let with = format!("{GOOD}\n[served_binlog]\nsegment_bytes = 1048576\ncache_bytes = 4096\nretain_hours = 0\n");
+        let c = NodeConfig::parse(&with).unwrap().served_binlog.resolve(Path::new("/d"));
+        assert_eq!((c.segment_bytes, c.cache_bytes, c.retain_time), (1 << 20, 4096, None));
+        let bad = format!("{GOOD}\n[served_binlog]\nretain_days = 3\n");
+        assert!(matches!(NodeConfig::parse(&bad), Err(e) if e.to_string().contains("retain_days")));
     }
 
     #[test]

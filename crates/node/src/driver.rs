@@ -16,7 +16,14 @@ use tokio::sync::{broadcast, oneshot, watch};
 
 /// Receives every applied effect synchronously, in log order, before anything else learns of it (the global
 /// binlog that replicas are served from is fed this way, so it can never miss a transaction).
-pub type AppliedSink = Box<dyn FnMut(&Applied) + Send>;
+pub trait AppliedSink: Send {
+    fn apply(&mut self, effect: &Applied);
+
+    /// Makes everything applied so far durable. Called before the Paxos log drops instances (a compaction), so
+    /// that what a crash may take from the sink is always still in the log to replay. An error keeps the
+    /// instances: the compaction waits for the next snapshot.
+    fn persist(&mut self) -> Result<(), String>;
+}
 
 /// How the driver reaches other members. Must never block: drop instead (Paxos retransmits).
 pub trait Outbox: Send {
@@ -125,14 +132,14 @@ pub fn start(
     cfg: GlobalLogConfig,
     mut store: RaftEngineStorage,
     outbox: Box<dyn Outbox>,
-    mut sink: AppliedSink,
+    mut sink: Box<dyn AppliedSink>,
 ) -> Result<DriverHandle, DriverError> {
     let clock = MonotonicClock::new();
     let recovered = store.recover()?;
     let chosen = store.chosen(recovered.first_chosen, usize::MAX, usize::MAX)?;
     let mut node = GlobalLogNode::restore(cfg, recovered, chosen, clock.now_ms());
     for effect in node.take_replayed() {
-        sink(&effect);
+        sink.apply(&effect);
     }
     let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
     let (status_tx, status) = watch::channel(NodeStatus::default());
@@ -158,7 +165,7 @@ struct Driver {
     node: GlobalLogNode,
     store: RaftEngineStorage,
     outbox: Box<dyn Outbox>,
-    sink: AppliedSink,
+    sink: Box<dyn AppliedSink>,
     clock: MonotonicClock,
     status: watch::Sender<NodeStatus>,
     applied: broadcast::Sender<Applied>,
@@ -240,11 +247,19 @@ impl Driver {
             // batches.
             for effect in r.applied {
                 log_effect(&effect);
-                (self.sink)(&effect);
+                self.sink.apply(&effect);
                 let _ = self.applied.send(effect);
             }
-            if !r.batch.is_empty() {
-                self.store.write(&r.batch, true)?;
+            let mut batch = r.batch;
+            if batch.snapshot.is_some() {
+                if let Err(e) = self.sink.persist() {
+                    // Keeping instances the core considers compacted is safe: a restart replays more than needed.
+                    tracing::error!(error = %e, "the served binlog cannot be synced: the global log keeps its instances");
+                    batch.snapshot = None;
+                }
+            }
+            if !batch.is_empty() {
+                self.store.write(&batch, true)?;
             }
             for m in r.after_persist {
                 self.route(me, m);

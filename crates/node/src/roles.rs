@@ -13,50 +13,42 @@ use std::time::{Duration, Instant};
 use paxsql_binlog::{Gtid, GtidSet};
 use paxsql_global_log::Applied;
 use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
-use paxsql_repl_server::{EventSource, MemoryEventSource};
+use paxsql_repl_server::EventSource;
+use paxsql_served_binlog::ServedBinlog;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::config::MariaDbConfig;
-use crate::driver::{offer, Input, NodeStatus};
+use crate::driver::{offer, AppliedSink, Input, NodeStatus};
 use crate::mariadb::{LocalMariaDb, MariaDbError};
 use crate::rebuild::{self, Donors, RebuildProgress};
 
-/// Feeds the global binlog that replicas are served from; called by the driver for every applied effect.
-pub fn feed_global_binlog(source: Arc<MemoryEventSource>) -> impl FnMut(&Applied) + Send {
-    move |effect| {
-        if let Applied::Restored { last_gtid: Some(g), instance } = effect {
-            // Restarted from a snapshot: the transactions it covers are gone from the log, but a replica standing at
-            // its last one is aligned and continues from the first held transaction.
-            let base = Gtid::new(g.domain_id, g.server_id, g.seq_no);
-            match source.set_base(base) {
-                Ok(()) => {
-                    tracing::info!(%base, instance, "served binlog continues after the snapshot's last transaction")
-                }
-                Err(e) => tracing::error!(%base, error = %e, "cannot start the served binlog after the snapshot"),
-            }
-        }
-        if let Applied::BinlogAppended { events, gtid_first, .. } = effect {
-            match split_events(events) {
-                Some(events) => {
-                    if let Err(e) = source.append_events(events) {
-                        tracing::error!(seq = gtid_first.seq_no, error = %e, "cannot add a transaction to the served binlog");
-                    }
-                }
-                None => tracing::error!(seq = gtid_first.seq_no, "global log holds a transaction with torn events"),
-            }
-        }
-    }
-}
+/// Feeds the served binlog (the copy of the global log replicas are served from) with every applied effect.
+pub struct ServedBinlogFeed(pub Arc<ServedBinlog>);
 
-/// Splits back-to-back binlog events.
-fn split_events(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let (event, rest) = paxsql_binlog::split_event(bytes).ok()?;
-        out.push(event.to_vec());
-        bytes = rest;
+impl AppliedSink for ServedBinlogFeed {
+    fn apply(&mut self, effect: &Applied) {
+        match effect {
+            Applied::Restored { last_gtid, instance } => {
+                // Restarted from a snapshot: the transactions it covers are gone from the Paxos log. The served binlog
+                // normally holds them still; if it lost them too, it restarts after the snapshot's last transaction.
+                let base = last_gtid.map(|g| Gtid::new(g.domain_id, g.server_id, g.seq_no));
+                if let Err(e) = self.0.restore_base(*instance, base) {
+                    tracing::error!(?base, instance, error = %e, "cannot start the served binlog after the snapshot");
+                }
+            }
+            Applied::BinlogAppended { instance, events, gtid_first, .. } => {
+                if let Err(e) = self.0.append_instance(*instance, events) {
+                    // Replicas stop at this point rather than skip it: the next transaction is out of order for them.
+                    tracing::error!(instance, seq = gtid_first.seq_no, error = %e, "cannot add to the served binlog");
+                }
+            }
+            _ => {}
+        }
     }
-    Some(out)
+
+    fn persist(&mut self) -> Result<(), String> {
+        self.0.sync().map_err(|e| e.to_string())
+    }
 }
 
 /// What the role controller needs to know about its node.
@@ -72,7 +64,7 @@ pub struct RoleContext {
     pub inbox: SyncSender<Input>,
     pub applied: broadcast::Sender<Applied>,
     /// The global binlog as served to replicas: the alignment check looks the local position up in it.
-    pub global_binlog: Arc<MemoryEventSource>,
+    pub global_binlog: Arc<ServedBinlog>,
     /// Where a rebuild gets its copy from.
     pub donors: Donors,
     /// What the local database is doing, for status, donors and candidacy.

@@ -15,7 +15,8 @@ use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, ServingReply, Servin
 use paxsql_peer_transport::{
     ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, TransportConfig,
 };
-use paxsql_repl_server::{MemoryEventSource, ReplicationServer, ReplicationServerConfig};
+use paxsql_repl_server::{ReplicationServer, ReplicationServerConfig};
+use paxsql_served_binlog::ServedBinlog;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -25,7 +26,8 @@ use crate::mariadb::LocalMariaDb;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
-    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView, PeerServerCounts,
+    AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
+    PeerServerCounts, ServedBinlogFigures,
 };
 use paxsql_proxy::{Backend, LocalServer, Proxy, ProxyConfig, Route};
 
@@ -130,9 +132,12 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let links = client.peers().map(|p| (p.to(), p.connected_flag())).collect();
 
     // Global log, feeding the served binlog.
-    let source = Arc::new(MemoryEventSource::new());
+    let served = cfg.served_binlog.resolve(&cfg.data_dir);
+    let source = Arc::new(
+        ServedBinlog::open(served).map_err(|e| NodeError::Other(format!("cannot open the served binlog: {e}")))?,
+    );
     let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
-    let sink = Box::new(roles::feed_global_binlog(source.clone()));
+    let sink = Box::new(roles::ServedBinlogFeed(source.clone()));
     let handle = driver::start(cfg.global_log_config(), store, Box::new(TransportOutbox(client)), sink)?;
     let inbox = handle.inbox.clone();
     let forward_inbox = inbox.clone();
@@ -280,6 +285,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         }));
         let metrics = metrics.clone();
         let peer_stats = peer_server.stats().clone();
+        let served = source.clone();
         admin_tasks.push(tokio::spawn(async move {
             let read = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
             loop {
@@ -290,6 +296,13 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
                     malformed: read(&peer_stats.malformed),
                     misaddressed: read(&peer_stats.misaddressed),
                     inbox_full: read(&peer_stats.dropped_inbox_full),
+                });
+                let s = served.stats();
+                metrics.update_served_binlog(ServedBinlogFigures {
+                    disk_bytes: s.disk_bytes,
+                    segments: s.segments as u64,
+                    transactions: s.next_index - s.first_index,
+                    cache_bytes: s.cache_bytes as u64,
                 });
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }

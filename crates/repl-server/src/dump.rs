@@ -172,7 +172,7 @@ impl DumpStream {
                     .map_err(|e| corrupt(0, e))?;
             } else {
                 // Split packet: patch a copy, then chunk it.
-                let mut copy = event.clone();
+                let mut copy = event.to_vec();
                 paxsql_binlog::patch_log_pos(&mut copy, log_pos, Checksum::Crc32).map_err(|e| corrupt(0, e))?;
                 write_packet(out, &mut self.seq, &[prefix, &copy]);
             }
@@ -206,7 +206,7 @@ impl DumpStream {
 mod tests {
     use super::*;
     use crate::packet::decode_packet;
-    use paxsql_binlog::{EventDecoder, Gtid, GtidEvent};
+    use paxsql_binlog::{EventDecoder, Gtid};
 
     fn config(file_bytes_max: u64) -> DumpConfig {
         DumpConfig {
@@ -229,18 +229,8 @@ mod tests {
 
     /// A transaction as a master writes it: GTID (with a commit_id), QUERY, with arbitrary original positions.
     pub(crate) fn trx(seq_no: u64, commit_id: u64, query_len: usize) -> Transaction {
-        let gtid = GtidEvent::new(0, seq_no, paxsql_binlog::gtid_flags::GROUP_COMMIT_ID | 0x0c, Some(commit_id));
-        let g = BinlogEvent::new(1_700_000_000, 1, 999_999, 8, EventData::Gtid(gtid), Checksum::Crc32);
-        let q = paxsql_binlog::Query {
-            thread_id: 5,
-            exec_time: 0,
-            error_code: 0,
-            status_vars: vec![],
-            db: b"t".to_vec(),
-            query: vec![b'x'; query_len],
-        };
-        let q = BinlogEvent::new(1_700_000_000, 1, 7, 0, EventData::Query(q), Checksum::Crc32);
-        Transaction::from_events(vec![g.encode(Checksum::Crc32), q.encode(Checksum::Crc32)]).unwrap()
+        let events = crate::conformance::group_member_events(Gtid::new(0, 1, seq_no), commit_id, query_len);
+        Transaction::from_contiguous(events.into()).unwrap()
     }
 
     fn packets(mut out: &[u8]) -> Vec<(u8, Vec<u8>)> {
@@ -345,8 +335,10 @@ mod tests {
         let mut out = Vec::new();
         let mut s = DumpStream::start(&config(1 << 30), &request(""), 5, 1, &mut out);
         let mut t = trx(1, 1, 10);
-        let last = t.events[1].len() - 5;
-        t.events[1][last] ^= 1;
+        let mut bad = t.events[1].to_vec();
+        let last = bad.len() - 5;
+        bad[last] ^= 1;
+        t.events[1] = bad.into();
         assert!(matches!(s.push_transaction(&t, &mut out), Err(Error::CorruptEvent { index: 1, .. })));
     }
 }

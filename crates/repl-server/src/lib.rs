@@ -38,6 +38,7 @@
 //! from the replica's.
 
 mod auth;
+pub mod conformance;
 mod dump;
 mod error;
 pub mod packet;

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use paxsql_binlog::{event_type, BinlogEvent, Checksum, EventHeader, Gtid, GtidSet};
 use tokio::sync::watch;
 
@@ -17,13 +18,15 @@ use crate::error::{Error, Result};
 pub struct Transaction {
     /// The GTID of its GTID event (domain, server_id from the event header, seq_no).
     pub gtid: Gtid,
-    /// Raw events, CRC32 checksummed (`binlog_checksum=CRC32`, MariaDB's default).
-    pub events: Vec<Vec<u8>>,
+    /// Raw events, CRC32 checksummed (`binlog_checksum=CRC32`, MariaDB's default). Usually slices of one buffer
+    /// (the transaction as the log holds it), so serving shares the bytes instead of copying them.
+    pub events: Vec<Bytes>,
 }
 
 impl Transaction {
     /// Builds a transaction from raw events; the first must be a GTID event, every event must pass its checksum.
-    pub fn from_events(events: Vec<Vec<u8>>) -> Result<Transaction> {
+    pub fn from_events<E: Into<Bytes>>(events: impl IntoIterator<Item = E>) -> Result<Transaction> {
+        let events: Vec<Bytes> = events.into_iter().map(Into::into).collect();
         let corrupt = |index, source| Error::CorruptEvent { gtid: None, index, source };
         let first = events.first().ok_or(Error::CorruptEvent {
             gtid: None,
@@ -43,9 +46,25 @@ impl Transaction {
         Ok(Transaction { gtid, events })
     }
 
+    /// Builds a transaction from its events back to back in one buffer, which the events then share (no copy).
+    pub fn from_contiguous(bytes: Bytes) -> Result<Transaction> {
+        let mut events = Vec::new();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let (event, tail) = paxsql_binlog::split_event(rest).map_err(|e| Error::CorruptEvent {
+                gtid: None,
+                index: events.len(),
+                source: e,
+            })?;
+            events.push(bytes.slice_ref(event));
+            rest = tail;
+        }
+        Transaction::from_events(events)
+    }
+
     /// Total size of its events in bytes.
     pub fn byte_len(&self) -> usize {
-        self.events.iter().map(Vec::len).sum()
+        self.events.iter().map(Bytes::len).sum()
     }
 }
 
@@ -168,7 +187,7 @@ impl MemoryEventSource {
     }
 
     /// Appends a transaction given as raw events (see [`Transaction::from_events`]).
-    pub fn append_events(&self, events: Vec<Vec<u8>>) -> Result<Gtid> {
+    pub fn append_events<E: Into<Bytes>>(&self, events: impl IntoIterator<Item = E>) -> Result<Gtid> {
         let trx = Transaction::from_events(events)?;
         let gtid = trx.gtid;
         self.append(trx)?;
@@ -252,9 +271,9 @@ impl EventSource for MemoryEventSource {
 /// For tests and benchmarks that read a real master's binlog files.
 pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
     let mut out = Vec::new();
-    let mut current: Vec<Vec<u8>> = Vec::new();
+    let mut current: Vec<Bytes> = Vec::new();
     let mut index = 0usize;
-    let flush = |current: &mut Vec<Vec<u8>>, out: &mut Vec<Transaction>| -> Result<()> {
+    let flush = |current: &mut Vec<Bytes>, out: &mut Vec<Transaction>| -> Result<()> {
         if !current.is_empty() {
             out.push(Transaction::from_events(std::mem::take(current))?);
         }
@@ -267,7 +286,7 @@ pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
         match header.type_code {
             event_type::GTID => {
                 flush(&mut current, &mut out)?;
-                current.push(event.to_vec());
+                current.push(Bytes::copy_from_slice(event));
             }
             event_type::FORMAT_DESCRIPTION
             | event_type::ROTATE
@@ -275,7 +294,7 @@ pub fn transactions_from_binlog(mut bytes: &[u8]) -> Result<Vec<Transaction>> {
             | event_type::GTID_LIST
             | event_type::BINLOG_CHECKPOINT
             | event_type::HEARTBEAT => flush(&mut current, &mut out)?,
-            _ if !current.is_empty() => current.push(event.to_vec()),
+            _ if !current.is_empty() => current.push(Bytes::copy_from_slice(event)),
             // Anything else outside a GTID group (START_ENCRYPTION, ...) is not served.
             _ => {}
         }

@@ -33,7 +33,7 @@ fn replica_replicates_backlog_and_live_appends_with_parallel_apply() -> anyhow::
     served.block_on(workload(&source, 0, 150, 8, 40, true))?;
     let n = feed_new(&source, &served.source)?;
     let trxs = read_transactions(&source, "mariadb-bin")?;
-    let biggest = trxs.iter().flat_map(|t| t.events.iter()).map(Vec::len).max().unwrap_or(0);
+    let biggest = trxs.iter().flat_map(|t| t.events.iter()).map(|e| e.len()).max().unwrap_or(0);
     assert!(biggest > 16 * 1024 * 1024, "no event above 16 MiB (biggest {biggest})");
     let source_ids = commit_ids(&trxs);
     let grouped = source_ids.values().filter(|(_, c)| c.is_some()).count();
@@ -72,7 +72,7 @@ fn replica_replicates_backlog_and_live_appends_with_parallel_apply() -> anyhow::
     let source_trxs = read_transactions(&source, "mariadb-bin")?;
     for (a, b) in source_trxs.iter().zip(&relayed) {
         assert_eq!(a.gtid, b.gtid);
-        let a_events: Vec<&Vec<u8>> = a.events.iter().collect();
+        let a_events: Vec<&bytes::Bytes> = a.events.iter().collect();
         assert_eq!(a_events.len(), b.events.len(), "{}", a.gtid);
         for (x, y) in a.events.iter().zip(&b.events) {
             assert_eq!(x.len(), y.len());

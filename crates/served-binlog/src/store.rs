@@ -1,0 +1,876 @@
+//! [`ServedBinlog`]: the log of whole transactions a node serves to its local mariadbd, kept in segment files.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use paxsql_binlog::{event_type, EventHeader, Gtid, GtidSet};
+use paxsql_repl_server::{Batch, Cursor, EventSource, Transaction};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::segment::{self, decode_record, encode_record, Entry, SegmentHeader, Summary, END_OF_APPEND, RECORD_HEADER};
+
+/// Sizes and retention of the served binlog.
+#[derive(Debug, Clone)]
+pub struct ServedBinlogConfig {
+    /// Where the segment and index files live (created if missing; owned by one node).
+    pub dir: PathBuf,
+    /// A segment is sealed (indexed, synced) once it holds this many bytes. Opening reads the newest segment whole,
+    /// so this bounds the work of a restart.
+    pub segment_bytes: u64,
+    /// Newest transactions kept in memory: most reads (replicas near the tail) never touch the disk.
+    pub cache_bytes: usize,
+    /// Sealed segments are purged, oldest first, while all segments together exceed this many bytes ...
+    pub retain_bytes: u64,
+    /// ... or once a segment was sealed longer ago than this.
+    pub retain_time: Option<Duration>,
+}
+
+impl ServedBinlogConfig {
+    /// Defaults for `dir`: 16 MiB segments, a 32 MiB cache, 2 GiB and 7 days of retention.
+    pub fn new(dir: impl Into<PathBuf>) -> ServedBinlogConfig {
+        ServedBinlogConfig {
+            dir: dir.into(),
+            segment_bytes: 16 << 20,
+            cache_bytes: 32 << 20,
+            retain_bytes: 2 << 30,
+            retain_time: Some(Duration::from_secs(7 * 24 * 3600)),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.segment_bytes < 4096 {
+            return Err(Error::Config(format!("segment_bytes {} is below 4096", self.segment_bytes)));
+        }
+        if self.retain_bytes < self.segment_bytes {
+            return Err(Error::Config(format!(
+                "retain_bytes {} is below one segment ({} bytes)",
+                self.retain_bytes, self.segment_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Figures for status and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedBinlogStats {
+    /// Index of the oldest transaction still held.
+    pub first_index: u64,
+    /// Index the next appended transaction gets (transactions appended since the log began).
+    pub next_index: u64,
+    pub segments: usize,
+    pub disk_bytes: u64,
+    pub cached_transactions: usize,
+    pub cache_bytes: usize,
+    /// Last Paxos instance whose transactions are held.
+    pub last_instance: u64,
+}
+
+/// The served global binlog on disk: appended in log order by the node's apply path, read by the replication
+/// server's dumps (see [`EventSource`] for the contract).
+pub struct ServedBinlog {
+    cfg: ServedBinlogConfig,
+    inner: Mutex<Inner>,
+    /// Index of the next transaction; dumps waiting for more subscribe to it.
+    next_tx: watch::Sender<u64>,
+}
+
+struct Segment {
+    header: SegmentHeader,
+    path: PathBuf,
+    file: Arc<File>,
+    count: u64,
+    /// End of the valid records: where the next one is written.
+    data_end: u64,
+    last_instance: u64,
+    /// Per domain, first and last GTID, ordered by domain.
+    domains: Vec<(Gtid, Gtid)>,
+    /// Every transaction's place: always held for the active segment, loaded on demand for sealed ones.
+    entries: Option<Arc<Vec<Entry>>>,
+    /// Where the entries start in the index file (sealed segments).
+    entries_at: u64,
+    sealed_at: Option<SystemTime>,
+}
+
+impl Segment {
+    fn end_index(&self) -> u64 {
+        self.header.first_index + self.count
+    }
+
+    fn summary(&self) -> Summary {
+        Summary {
+            first_index: self.header.first_index,
+            count: self.count,
+            data_end: self.data_end,
+            last_instance: self.last_instance,
+            domains: self.domains.clone(),
+        }
+    }
+
+    fn note(&mut self, entry: Entry) {
+        self.count += 1;
+        self.data_end = entry.end();
+        self.last_instance = entry.instance;
+        let g = entry.gtid;
+        match self.domains.binary_search_by_key(&g.domain_id, |(first, _)| first.domain_id) {
+            Ok(i) => self.domains[i].1 = g,
+            Err(i) => self.domains.insert(i, (g, g)),
+        }
+        if let Some(entries) = &mut self.entries {
+            Arc::make_mut(entries).push(entry);
+        }
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    /// Oldest first; never empty: the last one is the active segment appends go to.
+    segments: VecDeque<Segment>,
+    /// The newest transactions; `cache[0]` has index `cache_first`.
+    cache: VecDeque<Arc<Transaction>>,
+    cache_first: u64,
+    cache_bytes: usize,
+    next_index: u64,
+    last_instance: u64,
+    /// Last GTID per domain, including the history before the first held transaction.
+    last: GtidSet,
+    disk_bytes: u64,
+    unsynced: bool,
+    /// Sealed segments whose entries are in memory, most recently used last.
+    loaded: VecDeque<u64>,
+}
+
+/// Sealed segments whose entries stay loaded at once (a replica catching up reads one at a time).
+const LOADED_SEALED: usize = 2;
+
+impl ServedBinlog {
+    /// Opens (or creates) the log in `cfg.dir`. Reads the summaries of sealed segments and the active segment whole;
+    /// a torn tail left by a crash is cut back to the last complete Paxos instance.
+    pub fn open(cfg: ServedBinlogConfig) -> Result<ServedBinlog> {
+        cfg.validate()?;
+        let dir = cfg.dir.clone();
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        let mut firsts = Vec::new();
+        let listing = std::fs::read_dir(&dir).map_err(|source| Error::Io { path: dir.clone(), source })?;
+        for item in listing {
+            let item = item.map_err(|source| Error::Io { path: dir.clone(), source })?;
+            let name = item.file_name().to_string_lossy().into_owned();
+            if let Some(first) = segment::parse_segment_name(&name) {
+                firsts.push(first);
+            } else if name.ends_with(".idx.tmp") || name.ends_with(".seg.tmp") {
+                // A write cut by a crash: a segment without its index is re-scanned below; a segment that was
+                // never renamed into place held nothing yet.
+                let _ = std::fs::remove_file(item.path());
+            }
+        }
+        firsts.sort_unstable();
+        let mut segments = VecDeque::new();
+        let n = firsts.len();
+        for (i, first) in firsts.into_iter().enumerate() {
+            let seg = if i + 1 < n { open_sealed(&dir, first)? } else { open_active(&dir, first)? };
+            if let Some(prev) = segments.back() {
+                let prev: &Segment = prev;
+                if prev.end_index() != seg.header.first_index {
+                    return Err(Error::Corrupt {
+                        path: seg.path.clone(),
+                        what: "segment does not continue the one before it (a segment file is missing)",
+                        offset: 0,
+                    });
+                }
+            }
+            segments.push_back(seg);
+        }
+        if segments.is_empty() {
+            segments.push_back(create_segment(&dir, SegmentHeader { first_index: 0, prev_instance: 0, prev: vec![] })?);
+        }
+        let Some(active) = segments.back() else { unreachable!("pushed above") };
+        let next_index = active.end_index();
+        let last_instance = active.last_instance;
+        let mut last = GtidSet::from_state(segments.front().map(|s| s.header.prev.clone()).unwrap_or_default());
+        for s in &segments {
+            for (_, l) in &s.domains {
+                last.set(*l);
+            }
+        }
+        let disk_bytes = segments.iter().map(|s| s.data_end).sum();
+        // The cache starts with the active segment's newest transactions (already read by the scan).
+        let mut inner = Inner {
+            dir,
+            segments,
+            cache: VecDeque::new(),
+            cache_first: next_index,
+            cache_bytes: 0,
+            next_index,
+            last_instance,
+            last,
+            disk_bytes,
+            unsynced: false,
+            loaded: VecDeque::new(),
+        };
+        inner.warm_cache(cfg.cache_bytes)?;
+        tracing::info!(
+            dir = %inner.dir.display(),
+            first_index = inner.first_index(),
+            next_index,
+            segments = inner.segments.len(),
+            disk_bytes,
+            "served binlog opened"
+        );
+        Ok(ServedBinlog { cfg, inner: Mutex::new(inner), next_tx: watch::channel(next_index).0 })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends transactions chosen in Paxos instance `instance` (their events back to back, as the log holds
+    /// them): one `AppendBinlog` command, so a batched instance is appended once per command. A replay after a
+    /// restart is skipped: an instance below the last one held, or the last one's commands already held (an append
+    /// is written whole or cut off at open, so a command is held whole or not at all). Returns how many
+    /// transactions were added. Nothing is added if any transaction is malformed or out of GTID order.
+    pub fn append_instance(&self, instance: u64, events: &[u8]) -> Result<usize> {
+        let (added, next_index) = {
+            let mut inner = self.lock();
+            if instance < inner.last_instance {
+                return Ok(0);
+            }
+            let trxs = split_transactions(Bytes::copy_from_slice(events))?;
+            if instance == inner.last_instance && trxs.iter().all(|(_, t)| inner.last.contains(&t.gtid)) {
+                return Ok(0);
+            }
+            let mut last = inner.last.clone();
+            for (_, t) in &trxs {
+                if let Some(have) = last.get(t.gtid.domain_id) {
+                    if have.seq_no >= t.gtid.seq_no {
+                        return Err(paxsql_repl_server::Error::GtidOutOfOrder { have: *have, got: t.gtid }.into());
+                    }
+                }
+                last.set(t.gtid);
+            }
+            let before = std::mem::replace(&mut inner.last, last);
+            let added = trxs.len();
+            if let Err(e) = inner.write_records(instance, trxs, &self.cfg) {
+                inner.last = before;
+                return Err(e);
+            }
+            (added, inner.next_index)
+        };
+        self.next_tx.send_replace(next_index);
+        Ok(added)
+    }
+
+    /// At a restart from a snapshot: the Paxos log holds nothing up to `instance`, whose last transaction was
+    /// `gtid`. If this log already holds that instance nothing changes (the replay that follows is skipped). If it
+    /// ends before it (its tail was lost, or this node's data was replaced), the history it holds has a gap after
+    /// it: it is discarded and the log restarts after `gtid`, so a replica behind it is sent to a rebuild instead of
+    /// being served across the gap.
+    pub fn restore_base(&self, instance: u64, gtid: Option<Gtid>) -> Result<()> {
+        let next = {
+            let mut inner = self.lock();
+            if inner.last_instance >= instance {
+                return Ok(());
+            }
+            // Instances after the last transaction held may carry no transaction (lease renewals): no gap then.
+            let gap = gtid.is_some_and(|g| inner.last.get(g.domain_id) != Some(&g));
+            if !gap {
+                inner.last_instance = instance;
+                return Ok(());
+            }
+            let held = inner.next_index - inner.first_index();
+            if held > 0 {
+                tracing::warn!(
+                    held,
+                    last_instance = inner.last_instance,
+                    snapshot_instance = instance,
+                    "served binlog ends before the global log's snapshot: its history is discarded"
+                );
+            }
+            let mut prev = inner.last.clone();
+            if let Some(g) = gtid {
+                prev.set(g);
+            }
+            let header = SegmentHeader {
+                first_index: inner.next_index,
+                prev_instance: instance,
+                prev: prev.iter().copied().collect(),
+            };
+            for s in std::mem::take(&mut inner.segments) {
+                remove_segment_files(&inner.dir, &s);
+            }
+            let seg = create_segment(&inner.dir, header)?;
+            inner.disk_bytes = seg.data_end;
+            inner.segments.push_back(seg);
+            inner.last = prev;
+            inner.last_instance = instance;
+            inner.cache.clear();
+            inner.cache_first = inner.next_index;
+            inner.cache_bytes = 0;
+            inner.loaded.clear();
+            inner.next_index
+        };
+        self.next_tx.send_replace(next);
+        Ok(())
+    }
+
+    /// Makes every appended transaction durable. The node calls it before the Paxos log drops instances, so the
+    /// replay after a crash always covers what this log may have lost.
+    pub fn sync(&self) -> Result<()> {
+        let mut inner = self.lock();
+        if !inner.unsynced {
+            return Ok(());
+        }
+        let active = inner.active();
+        active.file.sync_data().map_err(|source| Error::Io { path: active.path.clone(), source })?;
+        inner.unsynced = false;
+        Ok(())
+    }
+
+    /// Whether the log holds every GTID of `state` (a replica's `gtid_binlog_pos`), or it is exactly where the held
+    /// history starts.
+    pub fn holds(&self, state: &GtidSet) -> bool {
+        let mut inner = self.lock();
+        state.iter().all(|want| matches!(inner.find(want), Ok(Some(_))))
+    }
+
+    /// The position after the whole log (last GTID per domain), like `@@gtid_binlog_pos`.
+    pub fn gtid_pos(&self) -> GtidSet {
+        self.lock().last.clone()
+    }
+
+    /// Last Paxos instance whose transactions are held.
+    pub fn last_instance(&self) -> u64 {
+        self.lock().last_instance
+    }
+
+    pub fn stats(&self) -> ServedBinlogStats {
+        let inner = self.lock();
+        ServedBinlogStats {
+            first_index: inner.first_index(),
+            next_index: inner.next_index,
+            segments: inner.segments.len(),
+            disk_bytes: inner.disk_bytes,
+            cached_transactions: inner.cache.len(),
+            cache_bytes: inner.cache_bytes,
+            last_instance: inner.last_instance,
+        }
+    }
+}
+
+impl Inner {
+    fn active(&self) -> &Segment {
+        // Never empty (see `segments`).
+        self.segments.back().expect("the served binlog always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments.back_mut().expect("the served binlog always has an active segment")
+    }
+
+    fn first_index(&self) -> u64 {
+        self.segments.front().map_or(self.next_index, |s| s.header.first_index)
+    }
+
+    /// The GTIDs before the first held transaction.
+    fn base(&self) -> &[Gtid] {
+        self.segments.front().map_or(&[], |s| &s.header.prev)
+    }
+
+    fn write_records(
+        &mut self,
+        instance: u64,
+        trxs: Vec<(Bytes, Transaction)>,
+        cfg: &ServedBinlogConfig,
+    ) -> Result<()> {
+        let mut buf = Vec::with_capacity(trxs.iter().map(|(p, _)| p.len() + RECORD_HEADER).sum());
+        let n = trxs.len();
+        for (i, (payload, _)) in trxs.iter().enumerate() {
+            let flags = if i + 1 == n { END_OF_APPEND } else { 0 };
+            encode_record(&mut buf, instance, flags, payload);
+        }
+        let active = self.active();
+        let at = active.data_end;
+        active.file.write_all_at(&buf, at).map_err(|source| Error::Io { path: active.path.clone(), source })?;
+        self.unsynced = true;
+        let mut offset = at;
+        for (payload, t) in trxs {
+            let entry = Entry { offset, len: payload.len() as u32, instance, gtid: t.gtid };
+            offset = entry.end();
+            self.active_mut().note(entry);
+            self.next_index += 1;
+            self.cache_bytes += t.byte_len();
+            self.cache.push_back(Arc::new(t));
+        }
+        self.last_instance = instance;
+        self.disk_bytes += buf.len() as u64;
+        self.trim_cache(cfg.cache_bytes);
+        if self.active().data_end >= cfg.segment_bytes {
+            // The records are in: a seal that fails (disk full) leaves the segment active, tried again next time.
+            if let Err(e) = self.roll(cfg) {
+                tracing::error!(error = %e, "served binlog cannot seal its active segment");
+            }
+        }
+        Ok(())
+    }
+
+    fn trim_cache(&mut self, limit: usize) {
+        while self.cache_bytes > limit && self.cache.len() > 1 {
+            if let Some(t) = self.cache.pop_front() {
+                self.cache_bytes -= t.byte_len();
+                self.cache_first += 1;
+            }
+        }
+    }
+
+    /// Seals the active segment (synced, indexed) and starts the next one, then applies retention.
+    fn roll(&mut self, cfg: &ServedBinlogConfig) -> Result<()> {
+        let dir = self.dir.clone();
+        let next = SegmentHeader {
+            first_index: self.next_index,
+            prev_instance: self.last_instance,
+            prev: self.last.iter().copied().collect(),
+        };
+        let active = self.active_mut();
+        active.file.sync_data().map_err(|source| Error::Io { path: active.path.clone(), source })?;
+        let entries = active.entries.clone().unwrap_or_default();
+        segment::write_index(&dir, &active.summary(), &entries)?;
+        active.sealed_at = Some(SystemTime::now());
+        let (_, entries_at) = segment::read_summary(&dir, active.header.first_index)?;
+        active.entries_at = entries_at;
+        let sealed = active.header.first_index;
+        self.unsynced = false;
+        let seg = create_segment(&dir, next)?;
+        self.disk_bytes += seg.data_end;
+        self.segments.push_back(seg);
+        self.loaded.push_back(sealed);
+        self.unload_beyond(LOADED_SEALED);
+        self.purge(cfg);
+        Ok(())
+    }
+
+    /// Removes the oldest sealed segments beyond the retention limits.
+    fn purge(&mut self, cfg: &ServedBinlogConfig) {
+        let now = SystemTime::now();
+        while self.segments.len() > 1 {
+            let Some(oldest) = self.segments.front() else { break };
+            let too_old = match (cfg.retain_time, oldest.sealed_at) {
+                (Some(limit), Some(at)) => now.duration_since(at).is_ok_and(|age| age > limit),
+                _ => false,
+            };
+            if self.disk_bytes <= cfg.retain_bytes && !too_old {
+                break;
+            }
+            // The next segment's header names the GTIDs before it: the log's new base.
+            if let Some(s) = self.segments.pop_front() {
+                remove_segment_files(&self.dir, &s);
+                self.disk_bytes -= s.data_end;
+                self.loaded.retain(|f| *f != s.header.first_index);
+                tracing::info!(
+                    first_index = s.header.first_index,
+                    transactions = s.count,
+                    "served binlog purged a segment"
+                );
+            }
+        }
+    }
+
+    /// Drops the entries of sealed segments used least recently beyond `keep` (the active segment's stay).
+    fn unload_beyond(&mut self, keep: usize) {
+        let sealed = self.segments.len().saturating_sub(1);
+        while self.loaded.len() > keep {
+            let Some(first) = self.loaded.pop_front() else { break };
+            if let Some(s) = self.segments.iter_mut().take(sealed).find(|s| s.header.first_index == first) {
+                s.entries = None;
+            }
+        }
+    }
+
+    /// The entries of segment `i`, loading a sealed segment's index if needed.
+    fn entries(&mut self, i: usize) -> Result<Arc<Vec<Entry>>> {
+        if let Some(e) = &self.segments[i].entries {
+            let e = Arc::clone(e);
+            let first = self.segments[i].header.first_index;
+            if let Some(pos) = self.loaded.iter().position(|f| *f == first) {
+                self.loaded.remove(pos);
+                self.loaded.push_back(first);
+            }
+            return Ok(e);
+        }
+        let seg = &self.segments[i];
+        let loaded = Arc::new(segment::read_entries(&self.dir, &seg.summary(), seg.entries_at)?);
+        let first = seg.header.first_index;
+        self.segments[i].entries = Some(Arc::clone(&loaded));
+        self.loaded.push_back(first);
+        self.unload_beyond(LOADED_SEALED);
+        Ok(loaded)
+    }
+
+    /// Where `want` is: `Some(index after it)` if held (or it is the base of its domain: the first held index),
+    /// `None` if not.
+    fn find(&mut self, want: &Gtid) -> Result<Option<u64>> {
+        if self.base().contains(want) {
+            return Ok(Some(self.first_index()));
+        }
+        let candidates: Vec<usize> = (0..self.segments.len())
+            .rev()
+            .filter(|&i| {
+                self.segments[i].domains.iter().any(|(first, last)| {
+                    first.domain_id == want.domain_id && first.seq_no <= want.seq_no && want.seq_no <= last.seq_no
+                })
+            })
+            .collect();
+        for i in candidates {
+            let entries = self.entries(i)?;
+            let single_domain = self.segments[i].domains.len() == 1;
+            let at = if single_domain {
+                // One domain: seq_no grows along the segment.
+                entries.binary_search_by_key(&want.seq_no, |e| e.gtid.seq_no).ok().filter(|&k| entries[k].gtid == *want)
+            } else {
+                entries.iter().position(|e| e.gtid == *want)
+            };
+            if let Some(k) = at {
+                return Ok(Some(self.segments[i].header.first_index + k as u64 + 1));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Index of the first transaction `state` does not contain.
+    fn first_not_contained(&mut self, state: &GtidSet) -> Result<u64> {
+        for i in 0..self.segments.len() {
+            if self.segments[i].domains.iter().all(|(_, last)| state.contains(last)) {
+                continue;
+            }
+            let entries = self.entries(i)?;
+            if let Some(k) = entries.iter().position(|e| !state.contains(&e.gtid)) {
+                return Ok(self.segments[i].header.first_index + k as u64);
+            }
+        }
+        Ok(self.next_index)
+    }
+
+    fn locate(&mut self, state: &GtidSet) -> paxsql_repl_server::Result<Cursor> {
+        use paxsql_repl_server::Error as E;
+        for want in state {
+            if self.find(want).map_err(unavailable)?.is_some() {
+                continue;
+            }
+            let base = self.base().iter().find(|b| b.domain_id == want.domain_id).copied();
+            if base.is_some_and(|b| b.seq_no > want.seq_no) {
+                return Err(E::GtidPurged { gtid: *want });
+            }
+            // The last GTID of the domain counts the base too: a replica at its seq_no but not at it wrote its own.
+            let higher = self.last.get(want.domain_id).is_some_and(|l| l.seq_no > want.seq_no)
+                || base.is_some_and(|b| b.seq_no >= want.seq_no);
+            return Err(if higher { E::ReplicaDiverged { gtid: *want } } else { E::GtidNotInLog { gtid: *want } });
+        }
+        let index = self.first_not_contained(state).map_err(unavailable)?;
+        Ok(Cursor { index, skip: state.clone() })
+    }
+
+    /// What to read for `after`: from the cache, or the segment file range to read outside the lock.
+    fn plan_read(&mut self, after: &Cursor, max_bytes: usize) -> paxsql_repl_server::Result<ReadPlan> {
+        if after.index < self.first_index() {
+            return Err(paxsql_repl_server::Error::SourceUnavailable {
+                reason: format!(
+                    "the served binlog was purged past this replica's position (index {} < first held {})",
+                    after.index,
+                    self.first_index()
+                ),
+            });
+        }
+        if after.index >= self.cache_first {
+            let mut out = Vec::new();
+            let mut bytes = 0usize;
+            let mut index = after.index;
+            while let Some(t) = usize::try_from(index - self.cache_first).ok().and_then(|i| self.cache.get(i)) {
+                if !out.is_empty() && bytes + t.byte_len() > max_bytes {
+                    break;
+                }
+                index += 1;
+                if after.skip.contains(&t.gtid) {
+                    continue;
+                }
+                bytes += t.byte_len();
+                out.push(Arc::clone(t));
+            }
+            return Ok(ReadPlan::Ready(Batch { transactions: out, next: Cursor { index, skip: after.skip.clone() } }));
+        }
+        let i = self.segments.partition_point(|s| s.header.first_index <= after.index).saturating_sub(1);
+        let entries = self.entries(i).map_err(unavailable)?;
+        let seg = &self.segments[i];
+        let from = (after.index - seg.header.first_index) as usize;
+        let mut to = from;
+        let mut bytes = 0usize;
+        while let Some(e) = entries.get(to) {
+            if to > from && bytes + e.len as usize > max_bytes {
+                break;
+            }
+            bytes += e.len as usize;
+            to += 1;
+        }
+        Ok(ReadPlan::Disk {
+            file: Arc::clone(&seg.file),
+            path: seg.path.clone(),
+            entries: entries[from..to].to_vec(),
+            first_index: after.index,
+        })
+    }
+
+    /// Fills the cache from the active segment's newest records (at open).
+    fn warm_cache(&mut self, limit: usize) -> Result<()> {
+        let active = self.active();
+        let Some(entries) = active.entries.clone() else { return Ok(()) };
+        let mut bytes = 0usize;
+        let mut k = entries.len();
+        while k > 0 && bytes + entries[k - 1].len as usize <= limit {
+            k -= 1;
+            bytes += entries[k].len as usize;
+        }
+        if k == entries.len() {
+            return Ok(());
+        }
+        let trxs = read_range(&active.file, &active.path, &entries[k..])?;
+        self.cache_first = active.header.first_index + k as u64;
+        self.cache_bytes = trxs.iter().map(|t| t.byte_len()).sum();
+        self.cache = trxs.into_iter().map(Arc::new).collect();
+        Ok(())
+    }
+}
+
+enum ReadPlan {
+    Ready(Batch),
+    Disk { file: Arc<File>, path: PathBuf, entries: Vec<Entry>, first_index: u64 },
+}
+
+fn unavailable(e: Error) -> paxsql_repl_server::Error {
+    paxsql_repl_server::Error::SourceUnavailable { reason: e.to_string() }
+}
+
+/// Reads consecutive records with one `pread` and returns their transactions, sharing the one buffer.
+fn read_range(file: &File, path: &Path, entries: &[Entry]) -> Result<Vec<Transaction>> {
+    let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return Ok(Vec::new()) };
+    let mut buf = vec![0u8; (last.end() - first.offset) as usize];
+    segment::read_exact_at(file, path, &mut buf, first.offset)?;
+    let buf = Bytes::from(buf);
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let at = (e.offset - first.offset) as usize;
+        let corrupt = |what| Error::Corrupt { path: path.to_owned(), what, offset: e.offset };
+        let record = decode_record(&buf[at..]).ok_or_else(|| corrupt("record checksum mismatch"))?;
+        if record.instance != e.instance || record.payload.len() != e.len as usize {
+            return Err(corrupt("record differs from its index entry"));
+        }
+        let t = Transaction::from_contiguous(buf.slice_ref(record.payload))?;
+        if t.gtid != e.gtid {
+            return Err(corrupt("record's GTID differs from its index entry"));
+        }
+        out.push(t);
+    }
+    Ok(out)
+}
+
+/// Splits one instance's events into transactions (each starts with a GTID event), sharing `events`: each with
+/// its events back to back, as a record holds them.
+fn split_transactions(events: Bytes) -> Result<Vec<(Bytes, Transaction)>> {
+    let mut starts = Vec::new();
+    let mut rest = &events[..];
+    let mut at = 0usize;
+    while !rest.is_empty() {
+        let (event, tail) = paxsql_binlog::split_event(rest).map_err(|e| paxsql_repl_server::Error::CorruptEvent {
+            gtid: None,
+            index: starts.len(),
+            source: e,
+        })?;
+        let header = EventHeader::decode(event).map_err(|e| paxsql_repl_server::Error::CorruptEvent {
+            gtid: None,
+            index: starts.len(),
+            source: e,
+        })?;
+        if header.type_code == event_type::GTID || starts.is_empty() {
+            starts.push(at);
+        }
+        at += event.len();
+        rest = tail;
+    }
+    starts.push(events.len());
+    let mut out = Vec::with_capacity(starts.len().saturating_sub(1));
+    for w in starts.windows(2) {
+        let payload = events.slice(w[0]..w[1]);
+        out.push((payload.clone(), Transaction::from_contiguous(payload)?));
+    }
+    Ok(out)
+}
+
+fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segment> {
+    let path = segment::segment_path(dir, header.first_index);
+    // Written whole under a temporary name first: a crash never leaves a segment without its header.
+    let tmp = path.with_extension("seg.tmp");
+    let encoded = header.encode();
+    {
+        let io = |source| Error::Io { path: tmp.clone(), source };
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tmp).map_err(io)?;
+        file.write_all_at(&encoded, 0).map_err(io)?;
+        file.sync_all().map_err(io)?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    sync_dir(dir)?;
+    let file = open_file(&path)?;
+    Ok(Segment {
+        last_instance: header.prev_instance,
+        header,
+        path,
+        file: Arc::new(file),
+        count: 0,
+        data_end: encoded.len() as u64,
+        domains: Vec::new(),
+        entries: Some(Arc::new(Vec::new())),
+        entries_at: 0,
+        sealed_at: None,
+    })
+}
+
+fn open_file(path: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).open(path).map_err(|source| Error::Io { path: path.to_owned(), source })
+}
+
+/// A sealed segment: its header and index summary; a missing or damaged index is rebuilt by a scan.
+fn open_sealed(dir: &Path, first: u64) -> Result<Segment> {
+    let path = segment::segment_path(dir, first);
+    let file = open_file(&path)?;
+    let (header, _) = SegmentHeader::read(&file, &path)?;
+    let sealed_at = file.metadata().and_then(|m| m.modified()).ok();
+    match segment::read_summary(dir, first) {
+        Ok((summary, entries_at)) if summary.first_index == header.first_index => Ok(Segment {
+            header,
+            path,
+            file: Arc::new(file),
+            count: summary.count,
+            data_end: summary.data_end,
+            last_instance: summary.last_instance,
+            domains: summary.domains,
+            entries: None,
+            entries_at,
+            sealed_at,
+        }),
+        other => {
+            if let Err(e) = other {
+                tracing::warn!(segment = %path.display(), error = %e, "re-indexing a sealed served-binlog segment");
+            }
+            let mut seg = scan(path, file, header)?;
+            let entries = seg.entries.clone().unwrap_or_default();
+            segment::write_index(dir, &seg.summary(), &entries)?;
+            let (_, entries_at) = segment::read_summary(dir, first)?;
+            seg.entries_at = entries_at;
+            seg.entries = None;
+            seg.sealed_at = sealed_at;
+            Ok(seg)
+        }
+    }
+}
+
+/// The active segment: scanned whole, cut back to its last complete instance.
+fn open_active(dir: &Path, first: u64) -> Result<Segment> {
+    let path = segment::segment_path(dir, first);
+    let file = open_file(&path)?;
+    let (header, _) = SegmentHeader::read(&file, &path)?;
+    let seg = scan(path, file, header)?;
+    let len = seg.file.metadata().map_err(|source| Error::Io { path: seg.path.clone(), source })?.len();
+    if len > seg.data_end {
+        tracing::warn!(
+            segment = %seg.path.display(),
+            cut = len - seg.data_end,
+            "served binlog: cutting a torn tail (it is replayed from the global log)"
+        );
+        let io = |source| Error::Io { path: seg.path.clone(), source };
+        seg.file.set_len(seg.data_end).map_err(io)?;
+        seg.file.sync_all().map_err(io)?;
+    }
+    // An index left by a seal that crashed before the next segment was created is stale now.
+    let _ = std::fs::remove_file(segment::index_path(dir, first));
+    Ok(seg)
+}
+
+/// Reads a segment's records up to the last complete instance.
+fn scan(path: PathBuf, file: File, header: SegmentHeader) -> Result<Segment> {
+    let header_len = header.encode().len() as u64;
+    let len = file.metadata().map_err(|source| Error::Io { path: path.clone(), source })?.len();
+    let mut buf = vec![0u8; len.saturating_sub(header_len) as usize];
+    segment::read_exact_at(&file, &path, &mut buf, header_len)?;
+    let mut seg = Segment {
+        last_instance: header.prev_instance,
+        header,
+        path,
+        file: Arc::new(file),
+        count: 0,
+        data_end: header_len,
+        domains: Vec::new(),
+        entries: Some(Arc::new(Vec::new())),
+        entries_at: 0,
+        sealed_at: None,
+    };
+    let mut pos = 0usize;
+    let mut pending = Vec::new();
+    while let Some(record) = decode_record(&buf[pos..]) {
+        let Ok(t) = Transaction::from_contiguous(Bytes::copy_from_slice(record.payload)) else { break };
+        if record.instance < seg.last_instance && pending.is_empty() {
+            break; // instances never shrink (a batched instance appends several times): anything else is not ours
+        }
+        let offset = header_len + pos as u64;
+        pos += RECORD_HEADER + record.payload.len();
+        pending.push(Entry { offset, len: record.payload.len() as u32, instance: record.instance, gtid: t.gtid });
+        if record.flags & END_OF_APPEND != 0 {
+            for e in pending.drain(..) {
+                seg.note(e);
+            }
+        }
+    }
+    Ok(seg)
+}
+
+fn remove_segment_files(dir: &Path, s: &Segment) {
+    for path in [s.path.clone(), segment::index_path(dir, s.header.first_index)] {
+        if let Err(e) = std::fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(file = %path.display(), error = %e, "cannot remove a served-binlog file");
+            }
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|source| Error::Io { path: dir.to_owned(), source })
+}
+
+impl EventSource for ServedBinlog {
+    fn locate(&self, state: &GtidSet) -> paxsql_repl_server::Result<Cursor> {
+        self.lock().locate(state)
+    }
+
+    fn read(&self, after: &Cursor, max_bytes: usize) -> paxsql_repl_server::Result<Batch> {
+        let plan = self.lock().plan_read(after, max_bytes)?;
+        match plan {
+            ReadPlan::Ready(batch) => Ok(batch),
+            ReadPlan::Disk { file, path, entries, first_index } => {
+                // Outside the lock: appends go on while a catching-up replica reads old segments.
+                let trxs = read_range(&file, &path, &entries).map_err(unavailable)?;
+                let index = first_index + trxs.len() as u64;
+                let transactions = trxs.into_iter().filter(|t| !after.skip.contains(&t.gtid)).map(Arc::new).collect();
+                Ok(Batch { transactions, next: Cursor { index, skip: after.skip.clone() } })
+            }
+        }
+    }
+
+    fn wait(&self, after: &Cursor) -> impl std::future::Future<Output = ()> + Send {
+        let mut rx = self.next_tx.subscribe();
+        let index = after.index;
+        async move {
+            let _ = rx.wait_for(|&next| next > index).await;
+        }
+    }
+}
