@@ -26,6 +26,27 @@ fn insert(c: &Cluster, node: u64, ids: std::ops::Range<u64>) -> Vec<u64> {
         .collect()
 }
 
+/// A cluster whose table `t` holds rows 0..3 on every node.
+fn up_with_three_rows(base_port: u16, all: &[u64]) -> Cluster {
+    let c = Cluster::up(3, base_port);
+    let m = c.master().expect("a master");
+    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
+    assert_eq!(insert(&c, m, 0..3).len(), 3);
+    c.wait_all(all, "SELECT COUNT(*) FROM t", "3", Duration::from_secs(30));
+    c
+}
+
+/// Restarts the (stopped) `nodes` with a snapshot of the global log every `every` instances, so that compaction
+/// happens within a test.
+fn restart_with_snapshot_every(c: &Cluster, nodes: &[u64], every: u64) {
+    for &id in nodes {
+        let toml = c.node_dir(id).join("node.toml");
+        let text = std::fs::read_to_string(&toml).expect("node.toml");
+        std::fs::write(&toml, format!("{text}\n[timing]\nsnapshot_every = {every}\n")).expect("node.toml");
+        c.restart_node(id);
+    }
+}
+
 #[test]
 fn writes_replicate_and_failover_loses_no_acknowledged_write() {
     let c = Cluster::up(3, 26000);
@@ -307,12 +328,8 @@ fn a_replica_killed_while_applying_ddl_rejoins_holding_exactly_the_global_log() 
 
 #[test]
 fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction() {
-    let c = Cluster::up(3, 27800);
     let all = [1, 2, 3];
-    let m = c.master().expect("a master");
-    c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
-    assert_eq!(insert(&c, m, 0..3).len(), 3);
-    c.wait_all(&all, "SELECT COUNT(*) FROM t", "3", Duration::from_secs(30));
+    let c = up_with_three_rows(27800, &all);
 
     eprintln!("phase: every node restarted with a snapshot every 10 instances (lease renewals fill the log)");
     let stop_all = || {
@@ -322,12 +339,7 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
         }
     };
     stop_all();
-    for id in all {
-        let toml = c.node_dir(id).join("node.toml");
-        let text = std::fs::read_to_string(&toml).expect("node.toml");
-        std::fs::write(&toml, format!("{text}\n[timing]\nsnapshot_every = 10\n")).expect("node.toml");
-        c.restart_node(id);
-    }
+    restart_with_snapshot_every(&c, &all, 10);
     let m = c.wait_master(None, Duration::from_secs(60));
     assert_eq!(insert(&c, m, 3..4).len(), 1);
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(30));
@@ -363,4 +375,41 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
     for pid in pids {
         assert!(!common::alive(pid), "pid {pid} still runs after cluster down");
     }
+}
+
+/// A node down while the others compacted the Paxos log past everything it holds comes back without an operator:
+/// the members answer its catch-up with `CatchUpGone`, it installs a member's snapshot (peer messages
+/// SnapshotRequest/SnapshotReply), its served binlog restarts at the snapshot's last GTID, and its database, now
+/// behind the start of what it can serve, is rebuilt from a member with mariabackup.
+#[test]
+fn a_node_down_past_the_compacted_log_installs_a_snapshot_is_rebuilt_and_serves_again() {
+    let all = [1, 2, 3];
+    let c = up_with_three_rows(28400, &all);
+
+    eprintln!("phase: every node restarted with a snapshot every 20 instances");
+    for id in all {
+        c.kill9_node(id);
+        c.kill9_mariadbd(id);
+    }
+    restart_with_snapshot_every(&c, &all, 20);
+    let m = c.wait_master(None, Duration::from_secs(60));
+    let r = all.into_iter().find(|n| *n != m).expect("a replica");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "3", Duration::from_secs(60));
+
+    eprintln!("phase: node {r} down while master {m} commits 200 transactions (10 snapshots' worth)");
+    c.kill9_node(r);
+    c.kill9_mariadbd(r);
+    assert_eq!(insert(&c, m, 3..203).len(), 200);
+    let live: Vec<u64> = all.into_iter().filter(|n| *n != r).collect();
+    c.wait_all(&live, "SELECT COUNT(*) FROM t", "203", Duration::from_secs(60));
+
+    eprintln!("phase: node {r} restarts: snapshot from a member, database rebuilt, serving the whole log");
+    c.restart_node(r);
+    c.wait_log(r, "log/node-restart.log", "installed a member's snapshot", Duration::from_secs(60));
+    c.wait_log(r, "log/node-restart.log", "rebuilding the local database from a copy", Duration::from_secs(60));
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "203", Duration::from_secs(240));
+    c.wait_log(r, "log/node-restart.log", REPLICATING, Duration::from_secs(60));
+    assert_eq!(insert(&c, m, 203..205).len(), 2, "the cluster takes writes");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "205", Duration::from_secs(60));
+    checksums_equal(&c, &all);
 }

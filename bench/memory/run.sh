@@ -34,7 +34,7 @@ bytes() { du -sb "$1" 2>/dev/null | cut -f1 || echo 0; }
 sample() {
   local t=$1 line="$1"
   for n in 1 2 3; do
-    line="$line,$(rss_kb "$n"),$(bytes "$DIR/n$n/served-binlog"),$(bytes "$DIR/n$n/global-log")"
+    line="$line,$(rss_kb "$n"),$(bytes "$DIR/n$n/node/served-binlog"),$(bytes "$DIR/n$n/node/global-log")"
   done
   echo "$line" >> "$OUT"
   python3 - "$line" <<'PY'

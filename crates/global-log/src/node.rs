@@ -11,7 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use paxsql_paxos::{
-    Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot, Value, WriteBatch,
+    CatchUpRead, Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot, Value,
+    WriteBatch,
 };
 
 use crate::command::Command;
@@ -78,19 +79,35 @@ pub enum PeerMessage {
         progress: u64,
         chosen_up_to: Instance,
     },
+    /// The sender is behind the compacted log (it got `CatchUpGone`) and asks for a snapshot to restart from.
+    SnapshotRequest {
+        from: NodeId,
+        to: NodeId,
+    },
+    /// The sender's state machine at its last applied instance: master, lease, last GTID, membership (no binlog:
+    /// the database comes from a rebuild, the transactions after it from the sender's log).
+    SnapshotReply {
+        from: NodeId,
+        to: NodeId,
+        snapshot: Snapshot,
+    },
 }
 
 impl PeerMessage {
     pub fn to(&self) -> NodeId {
         match self {
             PeerMessage::Paxos(m) => m.to,
-            PeerMessage::Status { to, .. } => *to,
+            PeerMessage::Status { to, .. }
+            | PeerMessage::SnapshotRequest { to, .. }
+            | PeerMessage::SnapshotReply { to, .. } => *to,
         }
     }
     pub fn from(&self) -> NodeId {
         match self {
             PeerMessage::Paxos(m) => m.from,
-            PeerMessage::Status { from, .. } => *from,
+            PeerMessage::Status { from, .. }
+            | PeerMessage::SnapshotRequest { from, .. }
+            | PeerMessage::SnapshotReply { from, .. } => *from,
         }
     }
 }
@@ -106,6 +123,8 @@ pub struct NodeReady {
     /// Effects of applying them, in order.
     pub applied: Vec<Applied>,
     pub rebuild_required: Option<Instance>,
+    /// Catch-ups to answer from storage (see [`paxsql_paxos::Ready::catch_up_reads`]).
+    pub catch_up_reads: Vec<CatchUpRead>,
     /// Why this node gave up its master term on its own in this round, if it did.
     pub term_given_up: Option<String>,
 }
@@ -145,7 +164,12 @@ pub struct GlobalLogNode {
     /// A copy of the state taken at a snapshot point, used to compact once the log has moved on.
     pending_snapshot: Option<ReplicatedState>,
     rng: u64,
-    replayed: Vec<Applied>,
+    /// Behind the compacted log: the first instance members still hold, and when we last asked for a snapshot.
+    snapshot_wanted: Option<(Instance, Option<u64>)>,
+    /// Messages this layer sends on its own (snapshot requests and replies), drained with the next ready.
+    outgoing: Vec<PeerMessage>,
+    /// Set by a snapshot install, reported first in the next ready.
+    restored: Option<Applied>,
     /// Non-members that sent us their status and get ours back.
     status_replies: BTreeSet<NodeId>,
     /// `proposed_at_ms` of this incarnation's recent `ChangeMaster` proposals.
@@ -161,23 +185,34 @@ pub struct GlobalLogNode {
 impl GlobalLogNode {
     /// A member with an empty log, starting at local time `now`.
     pub fn new(cfg: GlobalLogConfig, now: u64) -> Self {
-        Self::restore(cfg, RecoveredState { first_chosen: 1, ..Default::default() }, Vec::new(), now)
+        Self::restore(cfg, RecoveredState { first_chosen: 1, ..Default::default() }, Vec::new(), now, &mut |_| {})
     }
 
-    /// A member restarting from its storage (see [`PaxosNode::restore`]).
-    pub fn restore(cfg: GlobalLogConfig, recovered: RecoveredState, chosen: Vec<(Instance, Value)>, now: u64) -> Self {
+    /// A member restarting from its storage (see [`PaxosNode::restore`]). The effects of replaying the retained
+    /// log (binlog transactions to serve again, the master, ...) go to `on_replayed` as they are produced: `chosen`
+    /// may be read page by page, so a restart never holds the whole retained log.
+    pub fn restore(
+        cfg: GlobalLogConfig,
+        recovered: RecoveredState,
+        chosen: impl IntoIterator<Item = (Instance, Value)>,
+        now: u64,
+        on_replayed: &mut dyn FnMut(&Applied),
+    ) -> Self {
         let snapshot =
             recovered.snapshot.as_ref().and_then(|s| ReplicatedState::decode_snapshot(&s.data, s.membership.clone()));
-        let mut replayed = Vec::new();
         if let Some(st) = &snapshot {
-            replayed.push(Applied::Restored { instance: st.applied, last_gtid: st.last_gtid });
+            on_replayed(&Applied::Restored { instance: st.applied, last_gtid: st.last_gtid });
         }
         let mut state = snapshot.unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
-        for (i, v) in &chosen {
+        let mut effects = Vec::new();
+        let chosen = chosen.into_iter().inspect(|(i, v)| {
             if *i == state.applied + 1 {
-                state.apply(*i, v, &mut replayed);
+                state.apply(*i, v, &mut effects);
+                for e in effects.drain(..) {
+                    on_replayed(&e);
+                }
             }
-        }
+        });
         let paxos = PaxosNode::restore(cfg.paxos.clone(), cfg.initial_membership.clone(), recovered, chosen);
         let rng = cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ cfg.paxos.id ^ 0x5851_F42D_4C95_7F2D;
         GlobalLogNode {
@@ -199,18 +234,15 @@ impl GlobalLogNode {
             last_status_sent: None,
             pending_snapshot: None,
             rng: rng | 1,
-            replayed,
+            snapshot_wanted: None,
+            outgoing: Vec::new(),
+            restored: None,
             own_change_proposals: std::collections::VecDeque::new(),
             own_appends: std::collections::VecDeque::new(),
             term_given_up: None,
             handing_over_since: None,
             status_replies: BTreeSet::new(),
         }
-    }
-
-    /// The effects of replaying the log at restart (binlog transactions to serve again, the master, ...), once.
-    pub fn take_replayed(&mut self) -> Vec<Applied> {
-        std::mem::take(&mut self.replayed)
     }
 
     // ----- introspection -----
@@ -277,6 +309,21 @@ impl GlobalLogNode {
                 // catch up, see that it was removed and stop campaigning.
                 if !self.state.membership.contains(from) {
                     self.status_replies.insert(from);
+                }
+            }
+            PeerMessage::SnapshotRequest { from, .. } => {
+                // Only members, and only a state that has applied something: an empty one rebuilds nobody.
+                if self.state.membership.contains(from) && self.state.applied > 0 {
+                    let snapshot = self.snapshot();
+                    self.outgoing.push(PeerMessage::SnapshotReply { from: self.id(), to: from, snapshot });
+                }
+            }
+            PeerMessage::SnapshotReply { snapshot, .. } => {
+                let Some((first_held, _)) = self.snapshot_wanted else { return };
+                // The sender's log goes on from its snapshot; one that ends before what the members hold would
+                // leave the same gap.
+                if snapshot.last_included + 1 >= first_held && self.install_snapshot(snapshot) {
+                    self.snapshot_wanted = None;
                 }
             }
         }
@@ -383,6 +430,7 @@ impl GlobalLogNode {
             return false;
         }
         self.paxos.install_snapshot(snapshot);
+        self.restored = Some(Applied::Restored { instance: state.applied, last_gtid: state.last_gtid });
         self.state = state;
         self.my_term = None;
         self.last_renewal_seen = self.now;
@@ -403,12 +451,34 @@ impl GlobalLogNode {
 
     pub fn take_ready(&mut self) -> NodeReady {
         let mut out = NodeReady::default();
+        // A snapshot installed since the last ready comes before anything applied after it.
+        if let Some(restored) = self.restored.take() {
+            out.applied.push(restored);
+        }
         self.maybe_snapshot();
         self.absorb(&mut out);
         self.drive(&mut out);
         self.absorb(&mut out);
+        self.ask_for_snapshot(&mut out);
+        out.messages.append(&mut self.outgoing);
         out.term_given_up = self.term_given_up.take();
         out
+    }
+
+    /// While behind the compacted log, asks every other member for its snapshot (a few hundred bytes) every
+    /// retransmit interval; the first one that covers the gap is installed.
+    fn ask_for_snapshot(&mut self, out: &mut NodeReady) {
+        let Some((first_held, asked_at)) = self.snapshot_wanted else { return };
+        if asked_at.is_some_and(|t| self.now.saturating_sub(t) < self.cfg.paxos.retransmit_ms) {
+            return;
+        }
+        self.snapshot_wanted = Some((first_held, Some(self.now)));
+        let me = self.id();
+        for &to in &self.state.membership.members {
+            if to != me {
+                out.messages.push(PeerMessage::SnapshotRequest { from: me, to });
+            }
+        }
     }
 
     /// Drains the Paxos core, applies what was chosen and notes its effect on the lease.
@@ -418,6 +488,12 @@ impl GlobalLogNode {
         out.messages.extend(r.messages.into_iter().map(PeerMessage::Paxos));
         out.after_persist.extend(r.after_persist.into_iter().map(PeerMessage::Paxos));
         out.rebuild_required = out.rebuild_required.or(r.rebuild_required);
+        if let Some(first) = r.rebuild_required {
+            let asked_at = self.snapshot_wanted.and_then(|(_, at)| at);
+            let first = self.snapshot_wanted.map_or(first, |(f, _)| f.max(first));
+            self.snapshot_wanted = Some((first, asked_at));
+        }
+        out.catch_up_reads.extend(r.catch_up_reads);
         for (instance, value) in r.chosen {
             if instance != self.state.applied + 1 {
                 continue; // already in the snapshot this node was rebuilt from

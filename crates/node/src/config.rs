@@ -49,6 +49,9 @@ pub struct Timing {
     /// Instances between snapshots of the state machine; the log keeps this many behind the newest snapshot for
     /// lagging members. Default 100000.
     pub snapshot_every: Option<u64>,
+    /// Bytes of the newest chosen values kept in memory for phase 1 and catch-up; older ones down to the snapshot
+    /// are read from disk when a lagging member asks. Default 32 MiB.
+    pub chosen_cache_bytes: Option<usize>,
 }
 
 /// Resolved timing, after applying the profile.
@@ -63,6 +66,7 @@ pub struct ResolvedTiming {
     pub max_in_flight: usize,
     pub max_batch_bytes: usize,
     pub snapshot_every: u64,
+    pub chosen_cache_bytes: usize,
 }
 
 /// One member of the initial membership.
@@ -382,6 +386,7 @@ impl NodeConfig {
             max_in_flight: o.max_in_flight.unwrap_or(64),
             max_batch_bytes: o.max_batch_bytes.unwrap_or(4 << 20),
             snapshot_every: o.snapshot_every.unwrap_or(100_000),
+            chosen_cache_bytes: o.chosen_cache_bytes.unwrap_or(32 << 20),
         }
     }
 
@@ -400,6 +405,7 @@ impl NodeConfig {
         cfg.paxos.retransmit_ms = t.retransmit_ms;
         cfg.paxos.max_in_flight = t.max_in_flight;
         cfg.paxos.max_batch_bytes = t.max_batch_bytes;
+        cfg.paxos.chosen_cache_bytes = t.chosen_cache_bytes;
         cfg.paxos.leader_stickiness_ms = t.lease_ms * 2 / 3;
         cfg
     }

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, PeerMessage};
-use paxsql_paxos::{Membership, NodeId, Role, Storage, StorageError};
+use paxsql_paxos::{Instance, Membership, NodeId, Role, Storage, StorageError, Value};
 use paxsql_paxos_store::RaftEngineStorage;
 use tokio::sync::{broadcast, oneshot, watch};
 
@@ -136,10 +136,11 @@ pub fn start(
 ) -> Result<DriverHandle, DriverError> {
     let clock = MonotonicClock::new();
     let recovered = store.recover()?;
-    let chosen = store.chosen(recovered.first_chosen, usize::MAX, usize::MAX)?;
-    let mut node = GlobalLogNode::restore(cfg, recovered, chosen, clock.now_ms());
-    for effect in node.take_replayed() {
-        sink.apply(&effect);
+    let mut pages =
+        ChosenPages { store: &store, next: recovered.first_chosen, page: Vec::new().into_iter(), error: None };
+    let node = GlobalLogNode::restore(cfg, recovered, &mut pages, clock.now_ms(), &mut |effect| sink.apply(effect));
+    if let Some(e) = pages.error {
+        return Err(e.into());
     }
     let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
     let (status_tx, status) = watch::channel(NodeStatus::default());
@@ -151,6 +152,43 @@ pub fn start(
         .spawn(move || d.run(rx))
         .map_err(|e| DriverError::Storage(StorageError::Io(format!("cannot start driver thread: {e}"))))?;
     Ok(DriverHandle { inbox, status, applied, thread })
+}
+
+/// Bytes of chosen values read from the store at once while a restart replays the retained log: what the replay
+/// holds in memory, whatever the length of the log.
+const RESTORE_PAGE_BYTES: usize = 8 << 20;
+
+/// The retained chosen log, read from the store a page at a time. A read error ends the iteration and is kept.
+struct ChosenPages<'a> {
+    store: &'a RaftEngineStorage,
+    next: Instance,
+    page: std::vec::IntoIter<(Instance, Value)>,
+    error: Option<StorageError>,
+}
+
+impl Iterator for ChosenPages<'_> {
+    type Item = (Instance, Value);
+
+    fn next(&mut self) -> Option<(Instance, Value)> {
+        if let Some(entry) = self.page.next() {
+            self.next = entry.0 + 1;
+            return Some(entry);
+        }
+        if self.error.is_some() {
+            return None;
+        }
+        match self.store.chosen(self.next, usize::MAX, RESTORE_PAGE_BYTES) {
+            Ok(page) if page.is_empty() => None,
+            Ok(page) => {
+                self.page = page.into_iter();
+                self.next()
+            }
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
+        }
+    }
 }
 
 /// Sends an input to the driver without blocking; a full inbox drops it (peer traffic is retransmitted).
@@ -250,6 +288,16 @@ impl Driver {
                 self.sink.apply(&effect);
                 let _ = self.applied.send(effect);
             }
+            // Before the batch: a compaction in it may drop what a laggard asked for.
+            for read in r.catch_up_reads {
+                match read.answer(me, &self.store, &self.node.config().paxos) {
+                    Ok(m) => self.route(me, PeerMessage::Paxos(m)),
+                    // The member asks again after its retransmit interval.
+                    Err(e) => {
+                        tracing::warn!(to = read.to, from = read.from_instance, error = %e, "cannot read a catch-up")
+                    }
+                }
+            }
             let mut batch = r.batch;
             if batch.snapshot.is_some() {
                 if let Err(e) = self.sink.persist() {
@@ -268,9 +316,9 @@ impl Driver {
                 tracing::error!(%why, "giving up the master term: its waiting commits are never acknowledged");
             }
             if let Some(first) = r.rebuild_required {
-                tracing::error!(
+                tracing::warn!(
                     first_held = first,
-                    "this member is behind the cluster's compacted log and must be rebuilt"
+                    "this member is behind the cluster's compacted log: asking the members for a snapshot"
                 );
             }
             if self.loopback.is_empty() {
@@ -341,6 +389,15 @@ fn log_effect(effect: &Applied) {
         }
         Applied::MembershipChanged { membership, instance } => {
             tracing::info!(members = ?membership.members, instance, "membership changed");
+        }
+        Applied::Restored { instance, last_gtid } => {
+            let last_gtid = last_gtid.map(|g| format!("{}-{}-{}", g.domain_id, g.server_id, g.seq_no));
+            tracing::warn!(
+                instance,
+                ?last_gtid,
+                "installed a member's snapshot: the global log goes on from there; a local database behind it is \
+                 rebuilt from a member"
+            );
         }
         Applied::Rejected { kind, reason, instance, .. } if *kind != "renew_lease" => {
             tracing::debug!(kind, ?reason, instance, "command rejected");

@@ -466,6 +466,15 @@ async fn check_replica(ctx: &Arc<RoleContext>) -> Result<(), ReplicaFault> {
     }
     let Ok(position) = state.position.parse::<GtidSet>() else { return Ok(()) };
     if !ctx.global_binlog.holds(&position) {
+        if let Err(paxsql_repl_server::Error::GtidPurged { gtid }) = ctx.global_binlog.locate(&position) {
+            // The served binlog restarted past this replica (a snapshot installed after this node fell behind
+            // the compacted log, or retention): only a copy of a member's data brings it back.
+            return Err(ReplicaFault::Diverged(format!(
+                "it stands at {gtid}, before the start of the served binlog (gtid_binlog_pos {}): rebuilt from a \
+                 member",
+                state.position
+            )));
+        }
         return Err(ReplicaFault::Diverged(format!(
             "its binlog holds a transaction the global log does not have (gtid_binlog_pos {}): written on this \
              replica outside the cluster",

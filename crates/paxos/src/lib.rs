@@ -17,4 +17,4 @@ mod message;
 mod node;
 
 pub use message::{Message, MessageBody};
-pub use node::{Bug, Config, PaxosNode, ProposeError, Ready, Role};
+pub use node::{Bug, CatchUpRead, Config, PaxosNode, ProposeError, Ready, Role};

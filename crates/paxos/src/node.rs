@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::message::{Message, MessageBody};
-use crate::storage::{RecoveredState, Snapshot, WriteBatch};
+use crate::storage::{RecoveredState, Snapshot, Storage, StorageError, WriteBatch};
 use crate::types::{Ballot, Instance, Membership, NodeId, Value};
 
 /// Tunables of one member. Times are in milliseconds of the caller's monotonic clock.
@@ -33,6 +33,10 @@ pub struct Config {
     /// Limits of one catch-up message.
     pub catch_up_max_entries: usize,
     pub catch_up_max_bytes: usize,
+    /// Bytes of chosen values kept in memory, newest first. Older ones down to the last snapshot stay in the
+    /// caller's storage: a member that far behind is answered from there (see [`Ready::catch_up_reads`]), so the
+    /// memory a node needs does not grow with the log it retains for laggards.
+    pub chosen_cache_bytes: usize,
     /// Deliberately broken behaviour, only for proving that the simulator catches it. Never set in the daemon.
     #[doc(hidden)]
     pub bug: Option<Bug>,
@@ -61,6 +65,7 @@ impl Config {
             leader_stickiness_ms: 1000,
             catch_up_max_entries: 512,
             catch_up_max_bytes: 8 << 20,
+            chosen_cache_bytes: 32 << 20,
             bug: None,
         }
     }
@@ -80,6 +85,32 @@ pub struct Ready {
     /// A peer no longer holds the instances this node is missing (they were compacted away): the node must be
     /// rebuilt from a healthy member's snapshot, see [`PaxosNode::install_snapshot`].
     pub rebuild_required: Option<Instance>,
+    /// Members asking for chosen values older than the ones held in memory: read them from storage (the
+    /// batches already written hold them) and send each a [`MessageBody::CatchUp`].
+    pub catch_up_reads: Vec<CatchUpRead>,
+}
+
+/// A catch-up the caller serves from storage: chosen values from `from_instance` on, within the catch-up limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CatchUpRead {
+    pub to: NodeId,
+    pub from_instance: Instance,
+    /// The sender's last chosen instance, for the reply's `chosen_up_to`.
+    pub chosen_up_to: Instance,
+}
+
+impl CatchUpRead {
+    /// The reply member `me` sends, read from its `store` within `cfg`'s catch-up limits. Read it before writing
+    /// the ready's batch: a compaction in that batch may drop what was asked for (then the reply is `CatchUpGone`,
+    /// as the core itself answers below its log).
+    pub fn answer(&self, me: NodeId, store: &impl Storage, cfg: &Config) -> Result<Message, StorageError> {
+        let body = match store.chosen(self.from_instance, cfg.catch_up_max_entries, cfg.catch_up_max_bytes) {
+            Ok(entries) => MessageBody::CatchUp { entries, chosen_up_to: self.chosen_up_to },
+            Err(StorageError::Compacted { first, .. }) => MessageBody::CatchUpGone { first_held: first },
+            Err(e) => return Err(e),
+        };
+        Ok(Message { from: me, to: self.to, body })
+    }
 }
 
 impl Ready {
@@ -89,6 +120,7 @@ impl Ready {
             && self.after_persist.is_empty()
             && self.chosen.is_empty()
             && self.rebuild_required.is_none()
+            && self.catch_up_reads.is_empty()
     }
 }
 
@@ -161,8 +193,11 @@ pub struct PaxosNode {
     // Learner.
     first_held: Instance,
     last_chosen: Instance,
-    /// Chosen values from `first_held` to `last_chosen`, for catch-up and phase-1 reports.
+    /// Chosen values from `first_in_memory` to `last_chosen`, for catch-up and phase-1 reports; those from
+    /// `first_held` up to it are only in storage.
     chosen_log: BTreeMap<Instance, Value>,
+    first_in_memory: Instance,
+    chosen_log_bytes: usize,
     /// Chosen values known past a gap, waiting for the gap to fill.
     chosen_ahead: BTreeMap<Instance, Value>,
     membership: Membership,
@@ -183,21 +218,17 @@ impl PaxosNode {
         Self::restore(cfg, initial, RecoveredState { first_chosen: 1, ..Default::default() }, Vec::new())
     }
 
-    /// A member restarting from its storage: `chosen` must be every chosen entry it holds, from
-    /// `state.first_chosen` to `state.last_chosen`. `initial` is the group's initial membership, used when no
-    /// snapshot says otherwise.
-    pub fn restore(cfg: Config, initial: Membership, state: RecoveredState, chosen: Vec<(Instance, Value)>) -> Self {
+    /// A member restarting from its storage: `chosen` must yield every chosen entry it holds, in order, from
+    /// `state.first_chosen` to `state.last_chosen` (only the newest `chosen_cache_bytes` are kept). `initial` is
+    /// the group's initial membership, used when no snapshot says otherwise.
+    pub fn restore(
+        cfg: Config,
+        initial: Membership,
+        state: RecoveredState,
+        chosen: impl IntoIterator<Item = (Instance, Value)>,
+    ) -> Self {
         let mut membership = state.snapshot.as_ref().map_or(initial, |s| s.membership.clone());
-        let mut chosen_log = BTreeMap::new();
-        for (i, v) in chosen {
-            if let Value::Reconfigure(m) = &v {
-                if membership.is_single_step_to(m) {
-                    membership = m.clone();
-                }
-            }
-            chosen_log.insert(i, v);
-        }
-        PaxosNode {
+        let mut node = PaxosNode {
             max_round_seen: state.promised.round,
             cfg,
             now: 0,
@@ -207,9 +238,11 @@ impl PaxosNode {
             last_contact: None,
             first_held: state.first_chosen,
             last_chosen: state.last_chosen,
-            chosen_log,
+            chosen_log: BTreeMap::new(),
+            first_in_memory: state.first_chosen,
+            chosen_log_bytes: 0,
             chosen_ahead: BTreeMap::new(),
-            membership,
+            membership: Membership::default(),
             catch_up_sent_at: None,
             leader_hint: None,
             leader: None,
@@ -217,7 +250,18 @@ impl PaxosNode {
             queued_reconfig: None,
             ready: Ready::default(),
             last_step_down: "",
+        };
+        for ((i, v), expected) in chosen.into_iter().zip(state.first_chosen..) {
+            assert_eq!(i, expected, "restored chosen log is not contiguous");
+            if let Value::Reconfigure(m) = &v {
+                if membership.is_single_step_to(m) {
+                    membership = m.clone();
+                }
+            }
+            node.hold_chosen(i, v);
         }
+        node.membership = membership;
+        node
     }
 
     // ----- introspection -----
@@ -255,6 +299,10 @@ impl PaxosNode {
     pub fn pending(&self) -> (usize, usize) {
         (self.leader.as_ref().map_or(0, |l| l.in_flight.len()), self.queue.len())
     }
+    /// The first chosen instance held in memory (older ones down to [`Self::first_held`] are only in storage).
+    pub fn first_in_memory(&self) -> Instance {
+        self.first_in_memory
+    }
     /// The chosen value of `instance`, if held in memory.
     pub fn chosen_value(&self, instance: Instance) -> Option<&Value> {
         self.chosen_log.get(&instance)
@@ -289,9 +337,14 @@ impl PaxosNode {
         if let Some(p) = l.phase1.as_mut() {
             if now.saturating_sub(p.sent_at) >= retransmit {
                 p.sent_at = now;
-                for (&node, &cursor) in &p.cursor {
+                // Values chosen meanwhile need no report (nothing is proposed at or below the last chosen
+                // instance), and an acceptor may hold them only in storage and refuse to promise below its memory
+                // window: ask from past them.
+                let floor = self.last_chosen + 1;
+                for (&node, cursor) in p.cursor.iter_mut() {
                     if !p.complete.contains(&node) {
-                        out.push((node, MessageBody::Prepare { ballot: l.ballot, from_instance: cursor }));
+                        *cursor = (*cursor).max(floor);
+                        out.push((node, MessageBody::Prepare { ballot: l.ballot, from_instance: *cursor }));
                     }
                 }
             }
@@ -435,8 +488,11 @@ impl PaxosNode {
         if snapshot.last_included < self.first_held {
             return;
         }
-        self.chosen_log = self.chosen_log.split_off(&(snapshot.last_included + 1));
+        let kept = self.chosen_log.split_off(&(snapshot.last_included + 1));
+        let dropped = std::mem::replace(&mut self.chosen_log, kept);
+        self.chosen_log_bytes -= dropped.values().map(Value::size_bytes).sum::<usize>();
         self.first_held = snapshot.last_included + 1;
+        self.first_in_memory = self.first_in_memory.max(self.first_held);
         self.ready.batch.snapshot = Some(snapshot);
     }
 
@@ -449,6 +505,8 @@ impl PaxosNode {
         self.last_chosen = snapshot.last_included;
         self.first_held = snapshot.last_included + 1;
         self.chosen_log.clear();
+        self.chosen_log_bytes = 0;
+        self.first_in_memory = self.first_held;
         self.chosen_ahead = self.chosen_ahead.split_off(&(self.last_chosen + 1));
         self.accepted = self.accepted.split_off(&(self.last_chosen + 1));
         self.membership = snapshot.membership.clone();
@@ -518,6 +576,13 @@ impl PaxosNode {
         }
         if from_instance < self.first_held {
             self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
+            return;
+        }
+        if from_instance < self.first_in_memory {
+            // A candidate this far behind is not promised (refusing is always safe) but caught up from storage;
+            // once it is, its next prepare is answered. A live majority is never blocked by it: any member that
+            // is not behind campaigns and is answered.
+            self.read_catch_up_from_storage(from, from_instance);
             return;
         }
         self.raise_promise(ballot);
@@ -836,12 +901,36 @@ impl PaxosNode {
             self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
             return;
         }
+        if from_instance < self.first_in_memory {
+            self.read_catch_up_from_storage(from, from_instance);
+            return;
+        }
         let entries = crate::storage::take_within_limits(
             self.chosen_log.range(from_instance..),
             self.cfg.catch_up_max_entries,
             self.cfg.catch_up_max_bytes,
         );
         self.send(from, MessageBody::CatchUp { entries, chosen_up_to: self.last_chosen });
+    }
+
+    fn read_catch_up_from_storage(&mut self, to: NodeId, from_instance: Instance) {
+        let read = CatchUpRead { to, from_instance, chosen_up_to: self.last_chosen };
+        // One read per member and round: a retransmitted request while one is pending adds nothing.
+        if !self.ready.catch_up_reads.iter().any(|r| r.to == to) {
+            self.ready.catch_up_reads.push(read);
+        }
+    }
+
+    /// Keeps `value` (chosen at `instance`, the next after the ones held) in memory, dropping the oldest beyond
+    /// `chosen_cache_bytes`: storage keeps them.
+    fn hold_chosen(&mut self, instance: Instance, value: Value) {
+        self.chosen_log_bytes += value.size_bytes();
+        self.chosen_log.insert(instance, value);
+        while self.chosen_log_bytes > self.cfg.chosen_cache_bytes {
+            let Some((_, old)) = self.chosen_log.pop_first() else { break };
+            self.chosen_log_bytes -= old.size_bytes();
+        }
+        self.first_in_memory = self.chosen_log.first_key_value().map_or(instance + 1, |(i, _)| *i);
     }
 
     fn on_catch_up(&mut self, from: NodeId, entries: Vec<(Instance, Value)>, chosen_up_to: Instance) {
@@ -865,7 +954,7 @@ impl PaxosNode {
             self.chosen_ahead.get(&instance).map(Some)
         };
         if let Some(known) = known {
-            // A compacted instance (below a snapshot) has no value left to compare.
+            // A compacted instance (below a snapshot) or one only in storage has no value here to compare.
             if let Some(held) = known {
                 assert!(
                     *held == value,
@@ -896,7 +985,7 @@ impl PaxosNode {
                     self.membership = m.clone();
                 }
             }
-            self.chosen_log.insert(instance, value.clone());
+            self.hold_chosen(instance, value.clone());
             self.ready.batch.chosen.push((instance, value.clone()));
             self.ready.chosen.push((instance, value));
         }

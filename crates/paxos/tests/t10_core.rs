@@ -135,6 +135,54 @@ fn a_member_behind_a_compaction_is_told_to_rebuild() {
     assert_eq!(n3.take_ready().rebuild_required, Some(5));
 }
 
+/// A member holds only the newest `chosen_cache_bytes` of chosen values in memory; a laggard below them is
+/// neither promised nor answered from memory, but caught up from storage (a read the caller serves).
+#[test]
+fn a_member_behind_the_memory_window_is_caught_up_from_storage_and_not_promised() {
+    let m = Membership::new([1, 2, 3]);
+    let mut g: BTreeMap<NodeId, PaxosNode> = (1..=3)
+        .map(|id| {
+            let mut cfg = Config::new(id);
+            cfg.chosen_cache_bytes = 3 * Value::Batch(vec![vec![0u8; 100]]).size_bytes();
+            (id, PaxosNode::new(cfg, m.clone()))
+        })
+        .collect();
+    g.get_mut(&1).unwrap().campaign();
+    settle(&mut g, |_| false);
+    for i in 0..10u8 {
+        g.get_mut(&1).unwrap().propose(vec![i; 100]).unwrap();
+        settle(&mut g, |m| m.to == 3);
+    }
+    let leader = g.get_mut(&1).unwrap();
+    assert_eq!((leader.last_chosen(), leader.first_held(), leader.first_in_memory()), (10, 1, 8));
+    assert_eq!(leader.chosen_value(7), None);
+    assert!(leader.chosen_value(8).is_some());
+
+    // Node 3 asks from instance 1: in storage, not in memory.
+    leader.step(Message { from: 3, to: 1, body: MessageBody::CatchUpRequest { from_instance: 1 } });
+    let r = leader.take_ready();
+    assert!(r.messages.is_empty(), "nothing answered from memory: {:?}", r.messages);
+    let read = paxsql_paxos::CatchUpRead { to: 3, from_instance: 1, chosen_up_to: 10 };
+    assert_eq!(r.catch_up_reads, vec![read]);
+    // From inside the window it is answered as before.
+    leader.step(Message { from: 3, to: 1, body: MessageBody::CatchUpRequest { from_instance: 9 } });
+    let r = leader.take_ready();
+    assert!(r.catch_up_reads.is_empty());
+    assert!(
+        matches!(&r.messages[..], [Message { body: MessageBody::CatchUp { entries, .. }, .. }] if entries.len() == 2)
+    );
+
+    // Node 3 campaigning from instance 1 gets no promise from node 2 (only a catch-up read), so it cannot lead
+    // with a log it does not have.
+    let n2 = g.get_mut(&2).unwrap();
+    n2.tick(100_000);
+    n2.step(Message { from: 3, to: 2, body: MessageBody::Prepare { ballot: Ballot::new(50, 3), from_instance: 1 } });
+    let r = n2.take_ready();
+    assert!(r.after_persist.is_empty() && r.messages.is_empty(), "no promise: {r:?}");
+    assert_eq!(r.catch_up_reads.len(), 1);
+    assert!(n2.promised() < Ballot::new(50, 3));
+}
+
 /// Regression (simulator seeds 22426, 58370, ...): a leader that learns, from a catch-up, values chosen past its
 /// next slot must not propose there: its commit point would tell followers that its own proposal was chosen.
 #[test]

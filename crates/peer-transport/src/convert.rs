@@ -5,7 +5,7 @@
 //! Paxos core judges their meaning.
 
 use paxsql_global_log::PeerMessage;
-use paxsql_paxos::{Ballot, Message, MessageBody, Value};
+use paxsql_paxos::{Ballot, Membership, Message, MessageBody, Snapshot, Value};
 use prost::Message as _;
 
 use crate::pb;
@@ -158,6 +158,16 @@ impl From<&PeerMessage> for pb::PeerMessage {
             PeerMessage::Status { from, to, progress, chosen_up_to } => {
                 Kind::Status(pb::Status { from: *from, to: *to, progress: *progress, chosen_up_to: *chosen_up_to })
             }
+            PeerMessage::SnapshotRequest { from, to } => {
+                Kind::SnapshotRequest(pb::SnapshotRequest { from: *from, to: *to })
+            }
+            PeerMessage::SnapshotReply { from, to, snapshot } => Kind::SnapshotReply(pb::SnapshotReply {
+                from: *from,
+                to: *to,
+                last_included: snapshot.last_included,
+                members: snapshot.membership.members.iter().copied().collect(),
+                data: snapshot.data.clone(),
+            }),
         };
         pb::PeerMessage { kind: Some(kind) }
     }
@@ -177,6 +187,12 @@ impl TryFrom<pb::PeerMessage> for PeerMessage {
             Kind::Paxos(m) => Ok(PeerMessage::Paxos(m.try_into()?)),
             Kind::Status(s) => {
                 Ok(PeerMessage::Status { from: s.from, to: s.to, progress: s.progress, chosen_up_to: s.chosen_up_to })
+            }
+            Kind::SnapshotRequest(r) => Ok(PeerMessage::SnapshotRequest { from: r.from, to: r.to }),
+            Kind::SnapshotReply(r) => {
+                let snapshot =
+                    Snapshot { last_included: r.last_included, membership: Membership::new(r.members), data: r.data };
+                Ok(PeerMessage::SnapshotReply { from: r.from, to: r.to, snapshot })
             }
         }
     }
@@ -211,7 +227,6 @@ pub fn decode_envelope(bytes: &[u8], expected_cluster: &str) -> Result<PeerMessa
 
 #[cfg(test)]
 mod tests {
-    use paxsql_paxos::Membership;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -246,7 +261,7 @@ mod tests {
         }
     }
 
-    /// One message of body kind `kind` (0..=9; 9 is Status), with random fields.
+    /// One message of kind `kind` (0..=8 Paxos bodies, 9 Status, 10 SnapshotRequest, 11 SnapshotReply), random fields.
     fn any_message(rng: &mut ChaCha8Rng, kind: u32) -> PeerMessage {
         let (from, to) = (any_u64(rng), any_u64(rng));
         let body = match kind {
@@ -272,7 +287,16 @@ mod tests {
                 chosen_up_to: any_u64(rng),
             },
             8 => MessageBody::CatchUpGone { first_held: any_u64(rng) },
-            _ => return PeerMessage::Status { from, to, progress: any_u64(rng), chosen_up_to: any_u64(rng) },
+            9 => return PeerMessage::Status { from, to, progress: any_u64(rng), chosen_up_to: any_u64(rng) },
+            10 => return PeerMessage::SnapshotRequest { from, to },
+            _ => {
+                let snapshot = Snapshot {
+                    last_included: any_u64(rng),
+                    membership: Membership::new((0..rng.gen_range(0..7)).map(|_| any_u64(rng))),
+                    data: (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect(),
+                };
+                return PeerMessage::SnapshotReply { from, to, snapshot };
+            }
         };
         PeerMessage::Paxos(Message { from, to, body })
     }
@@ -283,16 +307,18 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut seen = std::collections::BTreeSet::new();
         for i in 0..5_000 {
-            let msg = any_message(&mut rng, i % 10);
+            let msg = any_message(&mut rng, i % 12);
             seen.insert(match &msg {
                 PeerMessage::Paxos(m) => m.body.kind(),
                 PeerMessage::Status { .. } => "status",
+                PeerMessage::SnapshotRequest { .. } => "snapshot_request",
+                PeerMessage::SnapshotReply { .. } => "snapshot_reply",
             });
             let bytes = seal_envelope("c1", &msg).encode_to_vec();
             let back = decode_envelope(&bytes, "c1").unwrap_or_else(|e| panic!("seed {seed:#x} case {i}: {e}"));
             assert_eq!(back, msg, "seed {seed:#x} case {i}");
         }
-        assert_eq!(seen.len(), 10, "{seen:?}");
+        assert_eq!(seen.len(), 12, "{seen:?}");
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub struct FaultPlan {
     pub batching: bool,
     /// Instances between snapshots (small, so compaction and rebuilds happen).
     pub snapshot_every: u64,
+    /// Bytes of chosen values a member keeps in memory (small, so laggards are caught up from storage).
+    pub chosen_cache_bytes: usize,
     pub bug: Option<Bug>,
 }
 
@@ -76,6 +78,7 @@ impl FaultPlan {
             max_in_flight: *[1usize, 4, 32].get(rng.gen_range(0..3)).unwrap_or(&4),
             batching: rng.gen_bool(0.7),
             snapshot_every: rng.gen_range(20..200),
+            chosen_cache_bytes: *[300usize, 3_000, 32 << 20].get(rng.gen_range(0..3)).unwrap_or(&3_000),
             bug: None,
         }
     }
@@ -84,7 +87,7 @@ impl FaultPlan {
         format!(
             "seed={} nodes={} loss={:.3} dup={:.3} delay={}..{}ms fsync={}..{}ms partitions={} asymmetric={} \
              crashes={} clock_rate_error={:.4} membership_changes={} faults_for={}ms chaos_every={}ms \
-             in_flight={} batching={} snapshot_every={}{}",
+             in_flight={} batching={} snapshot_every={} chosen_cache_bytes={}{}",
             self.seed,
             self.nodes,
             self.loss,
@@ -103,6 +106,7 @@ impl FaultPlan {
             self.max_in_flight,
             self.batching,
             self.snapshot_every,
+            self.chosen_cache_bytes,
             self.bug.map(|b| format!(" bug={b:?}")).unwrap_or_default(),
         )
     }

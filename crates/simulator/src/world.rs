@@ -55,6 +55,8 @@ pub struct Stats {
     pub terms_given_up: u64,
     /// Terms a master handed to a successor it named (chosen in the log).
     pub hand_overs: u64,
+    /// Catch-ups served from storage (the member was behind the chosen values its peer holds in memory).
+    pub storage_catch_ups: u64,
     pub sim_ms: u64,
     /// Time from healing to a new acknowledged commit with all members converged.
     pub liveness_ms: Option<u64>,
@@ -72,6 +74,7 @@ impl Stats {
         self.rebuilds += o.rebuilds;
         self.terms_given_up += o.terms_given_up;
         self.hand_overs += o.hand_overs;
+        self.storage_catch_ups += o.storage_catch_ups;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -168,6 +171,7 @@ impl Simulation {
         cfg.paxos.max_batch_bytes = 256;
         cfg.paxos.max_promise_entries = 16;
         cfg.paxos.catch_up_max_entries = 16;
+        cfg.paxos.chosen_cache_bytes = self.plan.chosen_cache_bytes;
         cfg.paxos.bug = self.plan.bug;
         // Slow links get timers sized for them, as an operator would (the WAN profile): retransmitting faster
         // than a round trip only floods the network.
@@ -199,7 +203,7 @@ impl Simulation {
         let sn = self.nodes.get_mut(&id).expect("node exists");
         let recovered = sn.store.recover().expect("MemStorage recover");
         let chosen = sn.store.chosen(recovered.first_chosen, usize::MAX, usize::MAX).expect("MemStorage read");
-        let node = GlobalLogNode::restore(cfg, recovered, chosen, now);
+        let node = GlobalLogNode::restore(cfg, recovered, chosen, now, &mut |_| {});
         let (applied, last_gtid) = (node.state().applied, node.state().last_gtid);
         sn.node = Some(node);
         sn.incarnation += 1;
@@ -319,85 +323,74 @@ impl Simulation {
 
     /// Drains a node's output: checks it, writes its batch, sends its messages.
     fn process_ready(&mut self, id: NodeId) -> Result<(), Violation> {
-        for _ in 0..4 {
-            let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
-            let Some(node) = sn.node.as_mut() else { return Ok(()) };
-            let ready = node.take_ready();
-            if let Some(why) = &ready.term_given_up {
-                let why = why.clone();
-                self.stats.terms_given_up += 1;
-                self.log(|| format!("node {id} gives up its term: {why}"));
+        let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
+        let Some(node) = sn.node.as_mut() else { return Ok(()) };
+        let ready = node.take_ready();
+        if let Some(why) = &ready.term_given_up {
+            let why = why.clone();
+            self.stats.terms_given_up += 1;
+            self.log(|| format!("node {id} gives up its term: {why}"));
+        }
+        let Some(node) = self.nodes.get(&id).and_then(|sn| sn.node.as_ref()) else { return Ok(()) };
+        if self.trace.is_some() {
+            let (role, ballot, applied) = (node.paxos().role(), node.paxos().ballot(), node.state().applied);
+            let (master, version) = (node.state().master_id, node.state().master_version);
+            let line =
+                format!("node {id}: role={role:?} ballot={ballot:?} applied={applied} master={master} v={version}");
+            if self.last_state_line.get(&id) != Some(&line) {
+                self.last_state_line.insert(id, line.clone());
+                self.log(|| line);
             }
-            let Some(node) = self.nodes.get(&id).and_then(|sn| sn.node.as_ref()) else { return Ok(()) };
-            if self.trace.is_some() {
-                let (role, ballot, applied) = (node.paxos().role(), node.paxos().ballot(), node.state().applied);
-                let (master, version) = (node.state().master_id, node.state().master_version);
-                let line =
-                    format!("node {id}: role={role:?} ballot={ballot:?} applied={applied} master={master} v={version}");
-                if self.last_state_line.get(&id) != Some(&line) {
-                    self.last_state_line.insert(id, line.clone());
-                    self.log(|| line);
-                }
+        }
+        // A snapshot installed from a member's reply (this node was behind the compacted log) comes first: the
+        // node restarts its log there, and the values chosen after it follow.
+        for effect in &ready.applied {
+            if let Applied::Restored { instance, last_gtid } = effect {
+                let (instance, last_gtid) = (*instance, *last_gtid);
+                self.checker.node_reset(id, instance, last_gtid);
+                self.stats.rebuilds += 1;
+                self.log(|| format!("node {id} rebuilt from a member's snapshot at {instance}"));
             }
-            for (instance, value) in &ready.chosen {
-                self.checker.chosen(self.now, id, *instance, value)?;
+        }
+        for (instance, value) in &ready.chosen {
+            self.checker.chosen(self.now, id, *instance, value)?;
+        }
+        for effect in &ready.applied {
+            if matches!(effect, Applied::MasterChanged { handed_over: true, master, .. } if *master == id) {
+                self.stats.hand_overs += 1;
             }
-            for effect in &ready.applied {
-                if matches!(effect, Applied::MasterChanged { handed_over: true, master, .. } if *master == id) {
-                    self.stats.hand_overs += 1;
-                }
-                self.checker.applied(self.now, id, effect)?;
-                self.client_outcome(id, effect)?;
-            }
-            let sn = self.nodes.get_mut(&id).expect("node exists");
-            if let Err(e) = sn.store.write(&ready.batch, false) {
-                return Err(self.violation("storage writes are well-formed", format!("node {id}: {e}")));
-            }
-            let incarnation = sn.incarnation;
-            for m in ready.messages {
-                self.send(m);
-            }
-            if !ready.after_persist.is_empty() || !ready.batch.is_empty() {
-                let delay = self.rng.gen_range(self.plan.fsync_ms.0..=self.plan.fsync_ms.1);
-                self.schedule(delay, Event::SyncDone { node: id, incarnation, messages: ready.after_persist });
-            }
-            match ready.rebuild_required {
-                Some(first_held) => {
-                    if !self.rebuild(id, first_held) {
-                        return Ok(());
+            self.checker.applied(self.now, id, effect)?;
+            self.client_outcome(id, effect)?;
+        }
+        let sn = self.nodes.get_mut(&id).expect("node exists");
+        // Catch-ups below the values held in memory come from storage, before the batch (which may compact), as
+        // the daemon's driver serves them.
+        let mut from_storage = Vec::new();
+        if let Some(node) = sn.node.as_ref() {
+            for read in &ready.catch_up_reads {
+                match read.answer(id, &sn.store, &node.config().paxos) {
+                    Ok(m) => from_storage.push(PeerMessage::Paxos(m)),
+                    Err(e) => {
+                        let detail = format!("node {id}: read from {}: {e}", read.from_instance);
+                        return Err(self.violation("storage answers catch-ups below the memory window", detail));
                     }
                 }
-                None => return Ok(()),
             }
         }
+        let sn = self.nodes.get_mut(&id).expect("node exists");
+        if let Err(e) = sn.store.write(&ready.batch, false) {
+            return Err(self.violation("storage writes are well-formed", format!("node {id}: {e}")));
+        }
+        let incarnation = sn.incarnation;
+        self.stats.storage_catch_ups += from_storage.len() as u64;
+        for m in ready.messages.into_iter().chain(from_storage) {
+            self.send(m);
+        }
+        if !ready.after_persist.is_empty() || !ready.batch.is_empty() {
+            let delay = self.rng.gen_range(self.plan.fsync_ms.0..=self.plan.fsync_ms.1);
+            self.schedule(delay, Event::SyncDone { node: id, incarnation, messages: ready.after_persist });
+        }
         Ok(())
-    }
-
-    /// A member that fell behind a compaction is rebuilt from the most advanced live member's snapshot, as the
-    /// daemon rebuilds from a healthy member.
-    fn rebuild(&mut self, id: NodeId, first_held: u64) -> bool {
-        let donor = self
-            .nodes
-            .iter()
-            .filter(|(d, _)| **d != id)
-            .filter_map(|(d, n)| n.node.as_ref().map(|node| (node.state().applied, *d)))
-            .max();
-        let Some((applied, donor)) = donor else { return false };
-        if applied + 1 < first_held {
-            return false;
-        }
-        let snapshot = self.nodes[&donor].node.as_ref().map(|n| n.snapshot());
-        let Some(snapshot) = snapshot else { return false };
-        let node = self.nodes.get_mut(&id).and_then(|n| n.node.as_mut());
-        let Some(node) = node else { return false };
-        if !node.install_snapshot(snapshot) {
-            return false;
-        }
-        let (applied, last_gtid) = (node.state().applied, node.state().last_gtid);
-        self.checker.node_reset(id, applied, last_gtid);
-        self.stats.rebuilds += 1;
-        self.log(|| format!("node {id} rebuilt from node {donor} at {applied}"));
-        true
     }
 
     fn send(&mut self, msg: PeerMessage) {
