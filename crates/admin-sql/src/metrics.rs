@@ -60,6 +60,7 @@ struct Inner {
     served_segments: Gauge<u64, AtomicU64>,
     served_transactions: Gauge<u64, AtomicU64>,
     served_cache_bytes: Gauge<u64, AtomicU64>,
+    served_lookup_latency: Histogram,
     proxy_active: Gauge<u64, AtomicU64>,
     proxy_total: Counter,
     proxy_refused: Family<ReasonLabels, Counter>,
@@ -88,13 +89,15 @@ pub struct PeerServerCounts {
 }
 
 /// The served binlog's size, as the node reads it from the store.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ServedBinlogFigures {
     pub disk_bytes: u64,
     pub segments: u64,
     /// Transactions held (between the oldest kept after retention and the newest).
     pub transactions: u64,
     pub cache_bytes: u64,
+    /// GTID lookups since the last update.
+    pub lookups: Vec<Duration>,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -128,6 +131,9 @@ impl Metrics {
             served_segments: Gauge::default(),
             served_transactions: Gauge::default(),
             served_cache_bytes: Gauge::default(),
+            // 10 µs .. ~160 ms: a lookup in the cached tail takes microseconds, one that loads a sealed segment's
+            // index from disk a millisecond or more.
+            served_lookup_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 15)),
             proxy_active: Gauge::default(),
             proxy_total: Counter::default(),
             proxy_refused: Family::default(),
@@ -206,6 +212,11 @@ impl Metrics {
             "paxsql_served_binlog_cache_bytes",
             "Bytes of the newest transactions the served binlog keeps in memory",
             inner.served_cache_bytes.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_lookup_seconds",
+            "Time to find a replica's GTID position in the served binlog (a dump's start, the alignment checks)",
+            inner.served_lookup_latency.clone(),
         );
         r.register("paxsql_proxy_connections_active", "Open proxy client connections", inner.proxy_active.clone());
         r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
@@ -331,6 +342,9 @@ impl Metrics {
         m.served_segments.set(now.segments);
         m.served_transactions.set(now.transactions);
         m.served_cache_bytes.set(now.cache_bytes);
+        for l in now.lookups {
+            m.served_lookup_latency.observe(l.as_secs_f64());
+        }
     }
 
     /// The OpenMetrics text exposition of every series.
@@ -481,6 +495,12 @@ mod tests {
         assert_eq!(value(&text, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(5.0), "{text}");
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(2.0));
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_bucket{node="1",le="0.001"}"#), Some(1.0));
+        let lookups = vec![Duration::from_micros(15), Duration::from_millis(3)];
+        m.update_served_binlog(ServedBinlogFigures { segments: 2, lookups, ..Default::default() });
+        let text = m.encode();
+        assert_eq!(value(&text, r#"paxsql_served_binlog_segments{node="1"}"#), Some(2.0), "{text}");
+        assert_eq!(value(&text, r#"paxsql_served_binlog_lookup_seconds_count{node="1"}"#), Some(2.0));
+        assert_eq!(value(&text, r#"paxsql_served_binlog_lookup_seconds_bucket{node="1",le="0.00002"}"#), Some(1.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_total{node="1"}"#), Some(6.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1"}"#), Some(1.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_cut_total{node="1"}"#), Some(3.0));

@@ -600,6 +600,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             "master_id": st["master_id"],
             "master_version": st["master_version"],
             "applied_instance": st["applied_instance"],
+            "log_first_held": st["log_first_held"],
             "global_last_gtid": st["global_last_gtid"],
             "endpoints": {
                 "mariadb": format!("{}:{}", n.host, n.mariadb_port),

@@ -69,6 +69,9 @@ pub struct NodeStatus {
     /// The master's lease is valid as far as this node knows (see `GlobalLogNode::master_lease_seen`).
     pub master_lease_seen: bool,
     pub applied: u64,
+    /// The first instance this node's Paxos log still holds (everything before is compacted into a snapshot): a
+    /// member behind it is rebuilt from a snapshot.
+    pub log_first_held: u64,
     pub last_seq: Option<u64>,
     /// The global log's last GTID, `domain-server-seq` (empty before the first transaction).
     pub last_gtid: String,
@@ -291,7 +294,17 @@ impl Driver {
             // Before the batch: a compaction in it may drop what a laggard asked for.
             for read in r.catch_up_reads {
                 match read.answer(me, &self.store, &self.node.config().paxos) {
-                    Ok(m) => self.route(me, PeerMessage::Paxos(m)),
+                    Ok(m) => {
+                        if let paxsql_paxos::MessageBody::CatchUp { entries, .. } = &m.body {
+                            tracing::info!(
+                                to = read.to,
+                                from = read.from_instance,
+                                entries = entries.len(),
+                                "catching a member up from the store"
+                            );
+                        }
+                        self.route(me, PeerMessage::Paxos(m))
+                    }
                     // The member asks again after its retransmit interval.
                     Err(e) => {
                         tracing::warn!(to = read.to, from = read.from_instance, error = %e, "cannot read a catch-up")
@@ -299,7 +312,8 @@ impl Driver {
                 }
             }
             let mut batch = r.batch;
-            if batch.snapshot.is_some() {
+            if let Some(s) = &batch.snapshot {
+                tracing::debug!(last_included = s.last_included, "compacting the global log");
                 if let Err(e) = self.sink.persist() {
                     // Keeping instances the core considers compacted is safe: a restart replays more than needed.
                     tracing::error!(error = %e, "the served binlog cannot be synced: the global log keeps its instances");
@@ -362,6 +376,7 @@ impl Driver {
             },
             master_lease_seen: self.node.master_lease_seen(now),
             applied: st.applied,
+            log_first_held: self.node.paxos().first_held(),
             last_seq: st.last_gtid.map(|g| g.seq_no),
             last_gtid: st
                 .last_gtid

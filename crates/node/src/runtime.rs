@@ -75,6 +75,8 @@ struct StatusFile<'a> {
     lease_until_unix_ms: Option<u64>,
     serving_as_master: bool,
     applied_instance: u64,
+    /// The first instance the Paxos log holds (the compaction floor).
+    log_first_held: u64,
     global_last_gtid: &'a str,
     members: &'a [u64],
     /// What the local database is doing: down, not-aligned, rebuilding, replica, master.
@@ -303,6 +305,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
                     segments: s.segments as u64,
                     transactions: s.next_index - s.first_index,
                     cache_bytes: s.cache_bytes as u64,
+                    lookups: served.take_lookup_times(),
                 });
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
@@ -698,6 +701,7 @@ async fn publish_status(
             lease_until_unix_ms: Some(st.lease_until_unix_ms).filter(|_| st.holds_lease),
             serving_as_master: serving.borrow().is_some(),
             applied_instance: st.applied,
+            log_first_held: st.log_first_held,
             global_last_gtid: &st.last_gtid,
             members: &st.members,
             database: local_role.name(),

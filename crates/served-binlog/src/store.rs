@@ -79,7 +79,12 @@ pub struct ServedBinlog {
     inner: Mutex<Inner>,
     /// Index of the next transaction; dumps waiting for more subscribe to it.
     next_tx: watch::Sender<u64>,
+    /// Durations of GTID lookups (`locate`, `holds`) not yet taken by [`ServedBinlog::take_lookup_times`].
+    lookups: Mutex<Vec<Duration>>,
 }
+
+/// Lookup durations kept between two takes; beyond this the newest are dropped (only figures are lost).
+const LOOKUPS_KEPT: usize = 4096;
 
 struct Segment {
     header: SegmentHeader,
@@ -222,7 +227,24 @@ impl ServedBinlog {
             disk_bytes,
             "served binlog opened"
         );
-        Ok(ServedBinlog { cfg, inner: Mutex::new(inner), next_tx: watch::channel(next_index).0 })
+        Ok(ServedBinlog {
+            cfg,
+            inner: Mutex::new(inner),
+            next_tx: watch::channel(next_index).0,
+            lookups: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The durations of the GTID lookups since the last call (for the node's latency histogram).
+    pub fn take_lookup_times(&self) -> Vec<Duration> {
+        std::mem::take(&mut *self.lookups.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn note_lookup(&self, started: std::time::Instant) {
+        let mut l = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        if l.len() < LOOKUPS_KEPT {
+            l.push(started.elapsed());
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -334,8 +356,13 @@ impl ServedBinlog {
     /// Whether the log holds every GTID of `state` (a replica's `gtid_binlog_pos`), or it is exactly where the held
     /// history starts.
     pub fn holds(&self, state: &GtidSet) -> bool {
-        let mut inner = self.lock();
-        state.iter().all(|want| matches!(inner.find(want), Ok(Some(_))))
+        let started = std::time::Instant::now();
+        let held = {
+            let mut inner = self.lock();
+            state.iter().all(|want| matches!(inner.find(want), Ok(Some(_))))
+        };
+        self.note_lookup(started);
+        held
     }
 
     /// The position after the whole log (last GTID per domain), like `@@gtid_binlog_pos`.
@@ -849,7 +876,10 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 impl EventSource for ServedBinlog {
     fn locate(&self, state: &GtidSet) -> paxsql_repl_server::Result<Cursor> {
-        self.lock().locate(state)
+        let started = std::time::Instant::now();
+        let found = self.lock().locate(state);
+        self.note_lookup(started);
+        found
     }
 
     fn read(&self, after: &Cursor, max_bytes: usize) -> paxsql_repl_server::Result<Batch> {
