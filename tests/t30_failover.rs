@@ -106,10 +106,7 @@ fn a_minority_never_accepts_a_write() {
     c.sql(m, "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", Duration::from_secs(10)).expect("create");
     let others: Vec<u64> = [1, 2, 3].into_iter().filter(|n| *n != m).collect();
     eprintln!("phase: both other nodes die (node processes and their mariadbds); master {m} is alone");
-    for &n in &others {
-        c.kill9_node(n);
-        c.kill9_mariadbd(n);
-    }
+    c.kill9_nodes(&others);
     // Whatever it was doing, a lone node must not acknowledge: give it well over a lease to try.
     for i in 0..5 {
         let r = c.sql(m, &format!("INSERT INTO t VALUES ({i}, 'minority')"), Duration::from_secs(3));
@@ -156,8 +153,7 @@ fn a_node_whose_data_diverged_is_rebuilt_from_a_healthy_member() {
     // rolled back by a kill -9 recovery (MDEV-232), which would quietly re-align the server.
     std::thread::sleep(Duration::from_secs(3));
     eprintln!("phase: the node restarts; its alignment check refuses to serve the diverged server");
-    c.kill9_node(r);
-    c.kill9_mariadbd(r);
+    c.kill9_nodes(&[r]);
     c.restart_node(r);
     c.wait_log(r, "log/node-restart.log", "is not a prefix of the global log", Duration::from_secs(60));
     // It must not have been wired as a replica of the global log (nor be master).
@@ -202,8 +198,7 @@ fn a_former_master_with_an_unacknowledged_ddl_tail_rejoins_holding_exactly_the_g
     let ddl = c.sql(m, "CREATE TABLE tail_ddl (id INT PRIMARY KEY)", Duration::from_secs(3));
     assert!(ddl.is_err(), "a master without a majority acknowledged a DDL: {ddl:?}");
     std::thread::sleep(Duration::from_secs(2));
-    c.kill9_node(m);
-    c.kill9_mariadbd(m);
+    c.kill9_nodes(&[m]);
     for &o in &others {
         c.resume_node(o);
     }
@@ -339,13 +334,7 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
     let c = up_with_three_rows(27800, &all);
 
     eprintln!("phase: every node restarted with a snapshot every 10 instances (lease renewals fill the log)");
-    let stop_all = || {
-        for id in all {
-            c.kill9_node(id);
-            c.kill9_mariadbd(id);
-        }
-    };
-    stop_all();
+    c.kill9_nodes(&all);
     restart_with_snapshot_every(&c, &all, 10);
     let m = c.wait_master(None, Duration::from_secs(60));
     assert_eq!(insert(&c, m, 3..4).len(), 1);
@@ -353,7 +342,7 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
 
     eprintln!("phase: idle until the log has been compacted past the last transaction, then all nodes restart");
     std::thread::sleep(Duration::from_secs(20));
-    stop_all();
+    c.kill9_nodes(&all);
     for id in all {
         c.restart_node(id);
     }
@@ -394,10 +383,7 @@ fn a_node_down_past_the_compacted_log_installs_a_snapshot_is_rebuilt_and_serves_
     let c = up_with_three_rows(28400, &all);
 
     eprintln!("phase: every node restarted with a snapshot every 20 instances");
-    for id in all {
-        c.kill9_node(id);
-        c.kill9_mariadbd(id);
-    }
+    c.kill9_nodes(&all);
     restart_with_snapshot_every(&c, &all, 20);
     let m = c.wait_master(None, Duration::from_secs(60));
     let r = all.into_iter().find(|n| *n != m).expect("a replica");
@@ -405,8 +391,7 @@ fn a_node_down_past_the_compacted_log_installs_a_snapshot_is_rebuilt_and_serves_
     let r_applied = node_figure(&c, r, "applied_instance");
 
     eprintln!("phase: node {r} down (at instance {r_applied}) while 300 transactions commit");
-    c.kill9_node(r);
-    c.kill9_mariadbd(r);
+    c.kill9_nodes(&[r]);
     // Right after an election the master may run on a bare majority (the other member promised a higher ballot
     // while campaigning too): losing node r then costs an election, so each batch is retried on the current master
     // (INSERT IGNORE: a batch whose acknowledgement was lost to a master change may be partly in already).
@@ -441,10 +426,7 @@ fn a_node_down_past_the_compacted_log_installs_a_snapshot_is_rebuilt_and_serves_
     // queued Accepts alone could teach it everything when it returns, and no snapshot would be needed (seen). A
     // restart of the live members empties them; their stores stay compacted.
     eprintln!("phase: the live members restart (their send queues to node {r} go), compacted");
-    for &n in &live {
-        c.kill9_node(n);
-        c.kill9_mariadbd(n);
-    }
+    c.kill9_nodes(&live);
     for &n in &live {
         c.restart_node(n);
     }

@@ -290,6 +290,14 @@ impl Cluster {
         kill9(pid);
     }
 
+    /// kill -9 of each node's process and of its mariadbd, as if its machine died.
+    pub fn kill9_nodes(&self, ids: &[u64]) {
+        for &id in ids {
+            self.kill9_node(id);
+            self.kill9_mariadbd(id);
+        }
+    }
+
     /// SIGSTOP node `id`'s process (it stops answering its peers, as if its machine froze).
     pub fn pause_node(&self, id: u64) {
         let pid = read_pid(&self.node_dir(id).join("node.pid")).expect("node pid");

@@ -193,10 +193,9 @@ pub struct PaxosNode {
     // Learner.
     first_held: Instance,
     last_chosen: Instance,
-    /// Chosen values from `first_in_memory` to `last_chosen`, for catch-up and phase-1 reports; those from
-    /// `first_held` up to it are only in storage.
+    /// The newest chosen values, contiguous up to `last_chosen`, for catch-up and phase-1 reports; those from
+    /// `first_held` up to the first one held here are only in storage.
     chosen_log: BTreeMap<Instance, Value>,
-    first_in_memory: Instance,
     chosen_log_bytes: usize,
     /// Chosen values known past a gap, waiting for the gap to fill.
     chosen_ahead: BTreeMap<Instance, Value>,
@@ -239,7 +238,6 @@ impl PaxosNode {
             first_held: state.first_chosen,
             last_chosen: state.last_chosen,
             chosen_log: BTreeMap::new(),
-            first_in_memory: state.first_chosen,
             chosen_log_bytes: 0,
             chosen_ahead: BTreeMap::new(),
             membership: Membership::default(),
@@ -301,7 +299,7 @@ impl PaxosNode {
     }
     /// The first chosen instance held in memory (older ones down to [`Self::first_held`] are only in storage).
     pub fn first_in_memory(&self) -> Instance {
-        self.first_in_memory
+        self.chosen_log.first_key_value().map_or(self.last_chosen + 1, |(i, _)| *i)
     }
     /// The chosen value of `instance`, if held in memory.
     pub fn chosen_value(&self, instance: Instance) -> Option<&Value> {
@@ -492,7 +490,6 @@ impl PaxosNode {
         let dropped = std::mem::replace(&mut self.chosen_log, kept);
         self.chosen_log_bytes -= dropped.values().map(Value::size_bytes).sum::<usize>();
         self.first_held = snapshot.last_included + 1;
-        self.first_in_memory = self.first_in_memory.max(self.first_held);
         self.ready.batch.snapshot = Some(snapshot);
     }
 
@@ -506,7 +503,6 @@ impl PaxosNode {
         self.first_held = snapshot.last_included + 1;
         self.chosen_log.clear();
         self.chosen_log_bytes = 0;
-        self.first_in_memory = self.first_held;
         self.chosen_ahead = self.chosen_ahead.split_off(&(self.last_chosen + 1));
         self.accepted = self.accepted.split_off(&(self.last_chosen + 1));
         self.membership = snapshot.membership.clone();
@@ -574,15 +570,10 @@ impl PaxosNode {
         if from != self.cfg.id {
             self.last_contact = Some((from, self.now));
         }
-        if from_instance < self.first_held {
-            self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
-            return;
-        }
-        if from_instance < self.first_in_memory {
-            // A candidate this far behind is not promised (refusing is always safe) but caught up from storage;
-            // once it is, its next prepare is answered. A live majority is never blocked by it: any member that
-            // is not behind campaigns and is answered.
-            self.read_catch_up_from_storage(from, from_instance);
+        if self.answered_below_memory(from, from_instance) {
+            // A candidate this far behind is not promised (refusing is always safe) but told to rebuild or caught
+            // up from storage; once it is, its next prepare is answered. A live majority is never blocked by it:
+            // any member that is not behind campaigns and is answered.
             return;
         }
         self.raise_promise(ballot);
@@ -897,12 +888,7 @@ impl PaxosNode {
     }
 
     fn on_catch_up_request(&mut self, from: NodeId, from_instance: Instance) {
-        if from_instance < self.first_held {
-            self.send(from, MessageBody::CatchUpGone { first_held: self.first_held });
-            return;
-        }
-        if from_instance < self.first_in_memory {
-            self.read_catch_up_from_storage(from, from_instance);
+        if self.answered_below_memory(from, from_instance) {
             return;
         }
         let entries = crate::storage::take_within_limits(
@@ -913,12 +899,21 @@ impl PaxosNode {
         self.send(from, MessageBody::CatchUp { entries, chosen_up_to: self.last_chosen });
     }
 
-    fn read_catch_up_from_storage(&mut self, to: NodeId, from_instance: Instance) {
-        let read = CatchUpRead { to, from_instance, chosen_up_to: self.last_chosen };
+    /// A member asking for chosen values from `from_instance` on, below those held in memory: compacted away
+    /// (it must rebuild) or only in storage (the caller reads them). Returns whether it was answered so.
+    fn answered_below_memory(&mut self, to: NodeId, from_instance: Instance) -> bool {
+        if from_instance < self.first_held {
+            self.send(to, MessageBody::CatchUpGone { first_held: self.first_held });
+            return true;
+        }
+        if from_instance >= self.first_in_memory() {
+            return false;
+        }
         // One read per member and round: a retransmitted request while one is pending adds nothing.
         if !self.ready.catch_up_reads.iter().any(|r| r.to == to) {
-            self.ready.catch_up_reads.push(read);
+            self.ready.catch_up_reads.push(CatchUpRead { to, from_instance, chosen_up_to: self.last_chosen });
         }
+        true
     }
 
     /// Keeps `value` (chosen at `instance`, the next after the ones held) in memory, dropping the oldest beyond
@@ -930,7 +925,6 @@ impl PaxosNode {
             let Some((_, old)) = self.chosen_log.pop_first() else { break };
             self.chosen_log_bytes -= old.size_bytes();
         }
-        self.first_in_memory = self.chosen_log.first_key_value().map_or(instance + 1, |(i, _)| *i);
     }
 
     fn on_catch_up(&mut self, from: NodeId, entries: Vec<(Instance, Value)>, chosen_up_to: Instance) {

@@ -53,4 +53,6 @@ pub use server::{ReplicationServer, ReplicationServerConfig};
 pub use session::{
     like, DumpRequest, Session, SessionConfig, Step, BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT,
 };
-pub use source::{transactions_from_binlog, Batch, Cursor, EventSource, MemoryEventSource, Transaction};
+pub use source::{
+    missing_gtid_error, transactions_from_binlog, Batch, Cursor, EventSource, MemoryEventSource, Transaction,
+};

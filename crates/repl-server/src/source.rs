@@ -87,6 +87,46 @@ pub struct Batch {
     pub next: Cursor,
 }
 
+impl Batch {
+    /// What a read from `after` returns out of `log`, the source's transactions from `after.index` on in order:
+    /// whole transactions up to `max_bytes` (at least one), skipping those the replica already has.
+    pub fn take<'a>(after: &Cursor, log: impl IntoIterator<Item = &'a Arc<Transaction>>, max_bytes: usize) -> Batch {
+        let mut transactions = Vec::new();
+        let mut bytes = 0usize;
+        let mut index = after.index;
+        for trx in log {
+            if !transactions.is_empty() && bytes + trx.byte_len() > max_bytes {
+                break;
+            }
+            index += 1;
+            if after.skip.contains(&trx.gtid) {
+                continue;
+            }
+            bytes += trx.byte_len();
+            transactions.push(Arc::clone(trx));
+        }
+        Batch { transactions, next: Cursor { index, skip: after.skip.clone() } }
+    }
+}
+
+/// Why a replica's GTID `want` is not in a log: `base` is where that log's history starts in `want`'s domain (the
+/// last compacted transaction, if any), `last_seq` the newest sequence number it holds in that domain. The one rule
+/// every [`EventSource::locate`] applies.
+pub fn missing_gtid_error(want: Gtid, base: Option<Gtid>, last_seq: Option<u64>) -> Error {
+    if base.is_some_and(|b| b.seq_no > want.seq_no) {
+        // Behind the compacted start: what follows it is gone from this log (a rebuild provisions past it).
+        return Error::GtidPurged { gtid: want };
+    }
+    // The base counts as a higher (or equal, other) transaction: a replica at its sequence number but not at it
+    // wrote its own.
+    let higher = last_seq.is_some_and(|s| s > want.seq_no) || base.is_some_and(|b| b.seq_no >= want.seq_no);
+    if higher {
+        Error::ReplicaDiverged { gtid: want }
+    } else {
+        Error::GtidNotInLog { gtid: want }
+    }
+}
+
 /// The log the server streams from.
 ///
 /// # Correctness
@@ -218,19 +258,10 @@ impl EventSource for MemoryEventSource {
             if log.iter().any(|t| t.gtid == *want) || base == Some(want) {
                 continue;
             }
-            if base.is_some_and(|b| b.domain_id == want.domain_id && b.seq_no > want.seq_no) {
-                // Behind the compacted start: what follows it is gone from this log (a rebuild provisions past it).
-                return Err(Error::GtidPurged { gtid: *want });
-            }
-            // The base counts as a higher (or equal, other) transaction: a replica at its sequence number but not at
-            // it wrote its own.
-            let higher = log.iter().any(|t| t.gtid.domain_id == want.domain_id && t.gtid.seq_no > want.seq_no)
-                || base.is_some_and(|b| b.domain_id == want.domain_id && b.seq_no >= want.seq_no);
-            return Err(if higher {
-                Error::ReplicaDiverged { gtid: *want }
-            } else {
-                Error::GtidNotInLog { gtid: *want }
-            });
+            let base = base.filter(|b| b.domain_id == want.domain_id).copied();
+            // Sequence numbers only grow along the log: its newest in the domain is its highest.
+            let last_seq = log.iter().rev().find(|t| t.gtid.domain_id == want.domain_id).map(|t| t.gtid.seq_no);
+            return Err(missing_gtid_error(*want, base, last_seq));
         }
         let index = log.iter().position(|t| !state.contains(&t.gtid)).unwrap_or(log.len());
         Ok(Cursor { index: index as u64, skip: state.clone() })
@@ -238,21 +269,8 @@ impl EventSource for MemoryEventSource {
 
     fn read(&self, after: &Cursor, max_bytes: usize) -> Result<Batch> {
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        let mut transactions = Vec::new();
-        let mut bytes = 0usize;
-        let mut index = after.index;
-        while let Some(trx) = usize::try_from(index).ok().and_then(|i| log.get(i)) {
-            if !transactions.is_empty() && bytes + trx.byte_len() > max_bytes {
-                break;
-            }
-            index += 1;
-            if after.skip.contains(&trx.gtid) {
-                continue;
-            }
-            bytes += trx.byte_len();
-            transactions.push(Arc::clone(trx));
-        }
-        Ok(Batch { transactions, next: Cursor { index, skip: after.skip.clone() } })
+        let from = usize::try_from(after.index).map_or(&[][..], |i| log.get(i..).unwrap_or(&[]));
+        Ok(Batch::take(after, from, max_bytes))
     }
 
     fn wait(&self, after: &Cursor) -> impl Future<Output = ()> + Send {

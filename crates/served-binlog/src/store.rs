@@ -582,19 +582,13 @@ impl Inner {
     }
 
     fn locate(&mut self, state: &GtidSet) -> paxsql_repl_server::Result<Cursor> {
-        use paxsql_repl_server::Error as E;
         for want in state {
             if self.find(want).map_err(unavailable)?.is_some() {
                 continue;
             }
             let base = self.base().iter().find(|b| b.domain_id == want.domain_id).copied();
-            if base.is_some_and(|b| b.seq_no > want.seq_no) {
-                return Err(E::GtidPurged { gtid: *want });
-            }
-            // The last GTID of the domain counts the base too: a replica at its seq_no but not at it wrote its own.
-            let higher = self.last.get(want.domain_id).is_some_and(|l| l.seq_no > want.seq_no)
-                || base.is_some_and(|b| b.seq_no >= want.seq_no);
-            return Err(if higher { E::ReplicaDiverged { gtid: *want } } else { E::GtidNotInLog { gtid: *want } });
+            let last_seq = self.last.get(want.domain_id).map(|l| l.seq_no);
+            return Err(paxsql_repl_server::missing_gtid_error(*want, base, last_seq));
         }
         let index = self.first_not_contained(state).map_err(unavailable)?;
         Ok(Cursor { index, skip: state.clone() })
@@ -612,21 +606,8 @@ impl Inner {
             });
         }
         if after.index >= self.cache_first {
-            let mut out = Vec::new();
-            let mut bytes = 0usize;
-            let mut index = after.index;
-            while let Some(t) = usize::try_from(index - self.cache_first).ok().and_then(|i| self.cache.get(i)) {
-                if !out.is_empty() && bytes + t.byte_len() > max_bytes {
-                    break;
-                }
-                index += 1;
-                if after.skip.contains(&t.gtid) {
-                    continue;
-                }
-                bytes += t.byte_len();
-                out.push(Arc::clone(t));
-            }
-            return Ok(ReadPlan::Ready(Batch { transactions: out, next: Cursor { index, skip: after.skip.clone() } }));
+            let skip = usize::try_from(after.index - self.cache_first).unwrap_or(usize::MAX);
+            return Ok(ReadPlan::Ready(Batch::take(after, self.cache.iter().skip(skip), max_bytes)));
         }
         let i = self.segments.partition_point(|s| s.header.first_index <= after.index).saturating_sub(1);
         let entries = self.entries(i).map_err(unavailable)?;

@@ -45,6 +45,14 @@ fn files(dir: &Path, ext: &str) -> Vec<std::path::PathBuf> {
     v
 }
 
+/// A power cut in the middle of the last write: the newest segment loses its last `bytes`. Returns its path.
+fn cut_active_segment(dir: &Path, bytes: u64) -> std::path::PathBuf {
+    let active = files(dir, "seg").pop().unwrap();
+    let len = std::fs::metadata(&active).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&active).unwrap().set_len(len - bytes).unwrap();
+    active
+}
+
 #[test]
 fn a_restart_serves_the_same_log_and_skips_the_replay() {
     let dir = tempfile::tempdir().unwrap();
@@ -80,11 +88,7 @@ fn a_torn_tail_is_cut_to_the_last_whole_instance_and_the_replay_refills_it() {
     }
     log.append_instance(41, &group).unwrap();
     drop(log);
-    let active = files(dir.path(), "seg").pop().unwrap();
-    let len = std::fs::metadata(&active).unwrap().len();
-    let f = std::fs::OpenOptions::new().write(true).open(&active).unwrap();
-    f.set_len(len - 100).unwrap();
-    drop(f);
+    let active = cut_active_segment(dir.path(), 100);
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
     assert_eq!(*all_seqs(&log).last().unwrap(), 40, "the whole cut instance is gone, not a part of it");
     assert_eq!(log.last_instance(), 40);
@@ -117,9 +121,7 @@ fn a_batched_instance_survives_a_torn_second_command_and_its_replay_adds_each_co
     assert_eq!(all_seqs(&log), (1..=23).collect::<Vec<_>>());
     drop(log);
     // The second command's write torn: the first stays, the replay adds the second.
-    let active = files(dir.path(), "seg").pop().unwrap();
-    let len = std::fs::metadata(&active).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&active).unwrap().set_len(len - 30).unwrap();
+    cut_active_segment(dir.path(), 30);
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
     assert_eq!(*all_seqs(&log).last().unwrap(), 21);
     assert_eq!(log.append_instance(21, &events(21)).unwrap(), 0);
