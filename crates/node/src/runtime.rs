@@ -218,6 +218,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
             tls: client_tls.clone(),
             tls_required: client_tls_required,
             relay: Some(Arc::new(RelayDialer::new(&tcfg)?)),
+            node_accounts: [cfg.mariadb.admin_user.clone(), cfg.mariadb.replication_user.clone()].into(),
             ..ProxyConfig::default()
         };
         let check = master_check(cfg.node_id, serving.clone());

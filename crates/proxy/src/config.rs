@@ -69,6 +69,10 @@ pub struct ProxyConfig {
     /// How [`Backend::Relay`] routes are reached: this node's member credentials. `None`: such a route is
     /// unreachable (the client is held, then refused).
     pub relay: Option<std::sync::Arc<paxsql_peer_transport::RelayDialer>>,
+    /// User names of the accounts the node runs its mariadbd with (admin, replication): statements through
+    /// either port that would change them, or write the privilege tables, are refused
+    /// ([`crate::statement::judge`]). Empty: no account is protected.
+    pub node_accounts: std::collections::BTreeSet<String>,
 }
 
 impl Default for ProxyConfig {
@@ -85,6 +89,7 @@ impl Default for ProxyConfig {
             tls: None,
             tls_required: false,
             relay: None,
+            node_accounts: Default::default(),
         }
     }
 }

@@ -47,13 +47,13 @@ pub(crate) enum ClientConn {
 /// The server's bytes go to the client untouched (`mode`; a TLS client's through the proxy's TLS session, with the
 /// sequence ids of the login's remaining packets moved up by one, see [`server_to_tls_client`]). The client's go
 /// through [`filter_client`], packet by packet, so that no command can interrupt a commit waiting for its majority.
-/// `refused_users`: user names whose change of user is answered with an error (the RO port's privileged accounts).
+/// `rules`: which changes of user and statements are answered with an error instead.
 pub(crate) async fn forward<S: ServerStream>(
     client: ClientConn,
     server: &mut S,
     mode: ForwardMode,
     stats: &ProxyStats,
-    refused_users: Option<&BTreeSet<String>>,
+    rules: &ClientRules<'_>,
 ) -> Forwarded {
     match client {
         ClientConn::Plain(mut client) => {
@@ -74,7 +74,7 @@ pub(crate) async fn forward<S: ServerStream>(
                 client_wr.shutdown().await?;
                 Ok::<_, io::Error>(moved)
             };
-            let c2s = client_to_server(&mut client, server, stats, refused_users, None);
+            let c2s = client_to_server(&mut client, server, stats, rules, None);
             both_ways(s2c, c2s).await
         }
         tls_client => {
@@ -82,7 +82,7 @@ pub(crate) async fn forward<S: ServerStream>(
                 Ok(s) => s,
                 Err(e) => return Forwarded::failed(e),
             };
-            forward_streams(tls_client, server_rd, server, stats, refused_users).await
+            forward_streams(tls_client, server_rd, server, stats, rules).await
         }
     }
 }
@@ -94,7 +94,7 @@ async fn forward_streams<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut server_rd: R,
     server_wr: &mut W,
     stats: &ProxyStats,
-    refused_users: Option<&BTreeSet<String>>,
+    rules: &ClientRules<'_>,
 ) -> Forwarded {
     match client {
         ClientConn::Plain(mut client) => {
@@ -105,7 +105,7 @@ async fn forward_streams<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 client_wr.shutdown().await?;
                 Ok::<_, io::Error>(moved)
             };
-            let c2s = client_to_server(&mut client_rd, server_wr, stats, refused_users, None);
+            let c2s = client_to_server(&mut client_rd, server_wr, stats, rules, None);
             both_ways(s2c, c2s).await
         }
         ClientConn::Tls(client) => {
@@ -116,7 +116,7 @@ async fn forward_streams<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 client_wr.shutdown().await?;
                 Ok::<_, io::Error>(moved)
             };
-            let c2s = client_to_server(&mut client_rd, server_wr, stats, refused_users, Some(&login_done));
+            let c2s = client_to_server(&mut client_rd, server_wr, stats, rules, Some(&login_done));
             both_ways(s2c, c2s).await
         }
     }
@@ -127,11 +127,11 @@ async fn client_to_server<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     client: &mut R,
     server: &mut W,
     stats: &ProxyStats,
-    refused_users: Option<&BTreeSet<String>>,
+    rules: &ClientRules<'_>,
     tls_login: Option<&AtomicBool>,
 ) -> io::Result<u64> {
     let mut moved = 0u64;
-    filter_client(client, server, stats, refused_users, tls_login, &mut moved).await?;
+    filter_client(client, server, stats, rules, tls_login, &mut moved).await?;
     server.shutdown().await?;
     Ok(moved)
 }
@@ -254,8 +254,37 @@ const COM_QUERY: u8 = 0x03;
 const COM_PROCESS_KILL: u8 = 0x0c;
 const COM_STMT_PREPARE: u8 = 0x16;
 const COM_CHANGE_USER: u8 = 0x11;
-/// `COM_MULTI` (MariaDB 10.2–10.5): carries other commands inside; refused so none can slip past.
-const COM_MULTI: u8 = 0xfe;
+/// Commands a client may send through the proxy besides those judged above; every other one is answered with an
+/// error and never reaches mariadbd. Left out on purpose: `COM_SHUTDOWN` (0x08: a clean stop commits every waiting
+/// transaction without its ACK, then the master's node fails over — MariaDB's test suite sends it), the replication
+/// commands `COM_BINLOG_DUMP` (0x12), `COM_TABLE_DUMP` (0x13), `COM_REGISTER_SLAVE` (0x15) and
+/// `COM_BINLOG_DUMP_GTID` (0x1e: a dump from the master's own binlog holds transactions no majority has yet; a
+/// replica belongs on a node's replication port, which serves the global log), `COM_MULTI` (0xfe, MariaDB
+/// 10.2–10.5: carries other commands inside), and the commands a server only uses internally or answers as
+/// unknown.
+const PASSED_COMMANDS: [u8; 19] = [
+    0x01, // COM_QUIT
+    0x02, // COM_INIT_DB
+    0x04, // COM_FIELD_LIST
+    0x05, // COM_CREATE_DB
+    0x06, // COM_DROP_DB
+    0x07, // COM_REFRESH
+    0x09, // COM_STATISTICS
+    0x0a, // COM_PROCESS_INFO
+    0x0d, // COM_DEBUG
+    0x0e, // COM_PING
+    0x17, // COM_STMT_EXECUTE
+    0x18, // COM_STMT_SEND_LONG_DATA
+    0x19, // COM_STMT_CLOSE
+    0x1a, // COM_STMT_RESET
+    0x1b, // COM_SET_OPTION
+    0x1c, // COM_STMT_FETCH
+    0x1f, // COM_RESET_CONNECTION
+    0xfa, // COM_STMT_BULK_EXECUTE
+    0xfb, // COM_STMT_BULK_EXECUTE (10.2's number)
+];
+/// `COM_DROP_DB`'s name: dropping `mysql` takes the node's accounts with it.
+const COM_DROP_DB: u8 = 0x06;
 const CLIENT_COMPRESS: u32 = 0x20;
 
 /// Where the client's packet stream is, after its login packet.
@@ -277,7 +306,7 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     client: &mut R,
     server: &mut S,
     stats: &ProxyStats,
-    refused_users: Option<&BTreeSet<String>>,
+    rules: &ClientRules<'_>,
     tls_login: Option<&AtomicBool>,
     moved: &mut u64,
 ) -> io::Result<()> {
@@ -330,7 +359,7 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
         let command = payload.first().copied().unwrap_or(0);
         last_command = command;
         let replacement = match command {
-            COM_QUERY | COM_STMT_PREPARE => match statement::judge(&payload[1..]) {
+            COM_QUERY | COM_STMT_PREPARE => match statement::judge(&payload[1..], rules.node_accounts) {
                 Verdict::Forward => None,
                 Verdict::Rewrite(text) => {
                     stats.kill_softened();
@@ -356,16 +385,25 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             }
             // A privileged account's login refused at the handshake must not come in through a change of user.
             COM_CHANGE_USER
-                if handshake_user_of_change(&payload).is_some_and(|u| refused_users.is_some_and(|r| r.contains(u))) =>
+                if handshake_user_of_change(&payload).is_some_and(|u| rules.refused_users.is_some_and(|r| r.contains(u))) =>
             {
                 stats.command_refused();
                 Some(signal("paxsql: a change to an account holding READ ONLY ADMIN is refused on the read-only port"))
             }
-            COM_MULTI => {
+            COM_DROP_DB if !rules.node_accounts.is_empty() && payload[1..].eq_ignore_ascii_case(b"mysql") => {
                 stats.command_refused();
-                Some(signal("paxsql: COM_MULTI is not accepted through the proxy"))
+                Some(signal(statement::REFUSE_NODE_ACCOUNTS))
             }
-            _ => None,
+            c if PASSED_COMMANDS.contains(&c) || c == COM_CHANGE_USER => None,
+            c => {
+                stats.command_refused();
+                info!(command = c, "command refused");
+                Some(signal(&format!(
+                    "paxsql: command 0x{c:02x} is not accepted through the proxy (SHUTDOWN, the replication \
+                     commands and COM_MULTI are refused: stop nodes with paxsql, attach replicas to a node's \
+                     replication port)"
+                )))
+            }
         };
         let sent = replacement.as_deref().unwrap_or(&payload);
         *moved += write_packet(server, &mut out, seq, sent).await?;
@@ -373,13 +411,16 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
 }
 
 /// What decides whether a client's login is sent on.
-pub(crate) struct LoginRules<'a> {
+pub(crate) struct ClientRules<'a> {
     /// The certificate to offer; `None`: a client asking for TLS is refused.
     pub tls: Option<&'a ServerTls>,
     /// Refuse clients that do not ask for TLS.
     pub tls_required: bool,
     /// User names refused at login (the RO port's privileged accounts).
     pub refused_users: Option<&'a BTreeSet<String>>,
+    /// The accounts the node runs its mariadbd with: no statement through the proxy may change them
+    /// ([`crate::statement::judge`]).
+    pub node_accounts: &'a BTreeSet<String>,
 }
 
 /// A client that has not sent its login (and finished TLS) within this time is dropped, as mariadbd would.
@@ -395,7 +436,7 @@ const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 pub(crate) async fn log_in<S: AsyncWrite + Unpin>(
     client: TcpStream,
     server: &mut S,
-    rules: &LoginRules<'_>,
+    rules: &ClientRules<'_>,
     stats: &ProxyStats,
 ) -> io::Result<ClientConn> {
     match tokio::time::timeout(LOGIN_TIMEOUT, log_in_within(client, server, rules, stats)).await {
@@ -407,7 +448,7 @@ pub(crate) async fn log_in<S: AsyncWrite + Unpin>(
 async fn log_in_within<S: AsyncWrite + Unpin>(
     mut client: TcpStream,
     server: &mut S,
-    rules: &LoginRules<'_>,
+    rules: &ClientRules<'_>,
     stats: &ProxyStats,
 ) -> io::Result<ClientConn> {
     let (seq, payload) = read_login_packet(&mut client).await?;
@@ -443,7 +484,7 @@ async fn log_in_within<S: AsyncWrite + Unpin>(
 async fn send_login<S: AsyncWrite + Unpin>(
     client: &mut ClientConn,
     server: &mut S,
-    rules: &LoginRules<'_>,
+    rules: &ClientRules<'_>,
     stats: &ProxyStats,
     seq: u8,
     payload: Vec<u8>,
@@ -621,11 +662,12 @@ async fn streamed_command<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             reader.read_exact(&mut chunk[..n]).await?;
             first_byte.get_or_insert(chunk[0]);
             carry.extend_from_slice(&chunk[..n]);
-            if statement::is_suspect(&carry) {
+            if statement::is_suspect_in_bulk(&carry) {
                 return Ok(StreamedCommand { byte: first_byte.unwrap_or(0), suspect: true });
             }
-            let keep = carry.len().saturating_sub(8);
-            carry.drain(..keep);
+            // Keep enough of the tail for the longest word to be seen whole across the boundary.
+            let drop = carry.len().saturating_sub(statement::LONGEST_BULK_WORD - 1);
+            carry.drain(..drop);
             server.write_all(&chunk[..n]).await?;
             *moved += n as u64;
             left -= n;
@@ -668,23 +710,23 @@ impl ServerConn {
 pub(crate) async fn serve_client(
     client: TcpStream,
     server: &mut ServerConn,
-    rules: &LoginRules<'_>,
+    rules: &ClientRules<'_>,
     mode: ForwardMode,
     stats: &ProxyStats,
 ) -> Forwarded {
     match server {
         ServerConn::Tcp(s) => match log_in(client, s, rules, stats).await {
-            Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
+            Ok(client) => forward(client, s, mode, stats, rules).await,
             Err(e) => Forwarded::failed(e),
         },
         ServerConn::Unix(s) => match log_in(client, s, rules, stats).await {
-            Ok(client) => forward(client, s, mode, stats, rules.refused_users).await,
+            Ok(client) => forward(client, s, mode, stats, rules).await,
             Err(e) => Forwarded::failed(e),
         },
         ServerConn::Relay(s) => match log_in(client, s, rules, stats).await {
             Ok(client) => {
                 let (server_rd, mut server_wr) = tokio::io::split(s);
-                forward_streams(client, server_rd, &mut server_wr, stats, rules.refused_users).await
+                forward_streams(client, server_rd, &mut server_wr, stats, rules).await
             }
             Err(e) => Forwarded::failed(e),
         },

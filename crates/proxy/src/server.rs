@@ -13,7 +13,7 @@ use tracing::{debug, info, info_span, warn, Instrument as _};
 
 use paxsql_peer_transport::RelayRequest;
 
-use crate::forward::{open_backend, open_relay, serve_client, unreachable, LoginRules};
+use crate::forward::{open_backend, open_relay, serve_client, unreachable, ClientRules};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
@@ -438,8 +438,13 @@ async fn greet(shared: &Shared, client: &mut TcpStream, mut greeting: Vec<u8>) -
 fn login_rules<'a>(
     shared: &'a Shared,
     refused_users: Option<&'a std::collections::BTreeSet<String>>,
-) -> LoginRules<'a> {
-    LoginRules { tls: shared.cfg.tls.as_ref(), tls_required: shared.cfg.tls_required, refused_users }
+) -> ClientRules<'a> {
+    ClientRules {
+        tls: shared.cfg.tls.as_ref(),
+        tls_required: shared.cfg.tls_required,
+        refused_users,
+        node_accounts: &shared.cfg.node_accounts,
+    }
 }
 
 fn finished(shared: &Shared, done: crate::forward::Forwarded) {

@@ -11,6 +11,14 @@
 //!
 //! The judge is conservative about the lexical modes it cannot see (`NO_BACKSLASH_ESCAPES`, `ANSI_QUOTES`): it
 //! lexes the text in each mode and refuses when any reading could hide a `KILL`.
+//!
+//! It also keeps a privileged client's hands off the accounts the node runs its mariadbd with (the admin and the
+//! replication account, [`crate::ProxyConfig::node_accounts`]): MariaDB's own test suite, run through the proxy,
+//! truncated `mysql.global_priv` and left it so, and every node, the master included, lost its way into its own
+//! server — a cluster that could neither serve nor elect. On a standalone server that is the DBA's own mistake; in
+//! a cluster it takes away what fails over.
+
+use std::collections::BTreeSet;
 
 /// What to do with one statement text.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +42,10 @@ pub const REFUSE_LOG_BYPASS: &str =
     "paxsql: this statement is refused through the proxy: it would write outside the global log or change what \
      keeps a commit from being acknowledged before a majority holds it (sql_log_bin, GTID and server ids, \
      read_only, rpl_semi_sync_*)";
+pub const REFUSE_NODE_ACCOUNTS: &str =
+    "paxsql: this statement is refused through the proxy: it would change an account the paxsql node runs this \
+     server with, or write the privilege tables directly (mysql.global_priv, mysql.user, DROP DATABASE mysql); \
+     use CREATE/ALTER/DROP USER and GRANT/REVOKE for other accounts";
 pub const REFUSE_REPLICATION_CONTROL: &str =
     "paxsql: this statement is refused through the proxy: the paxsql node runs the binlog and replication of this \
      server (RESET/PURGE of the binlog, CHANGE MASTER, START/STOP/RESET SLAVE, INSTALL/UNINSTALL of plugins, \
@@ -72,8 +84,8 @@ const REPLICATION_CONTROL: [(&[u8], &[u8]); 14] = [
 
 /// Words that start every form this module cares about. A statement whose bytes contain none of them (in any case)
 /// cannot hold a KILL, PREPARE or EXECUTE keyword: SQL keywords are written literally, no escape or comment
-/// produces their letters.
-const SUSPECT_WORDS: [&[u8]; 15] = [
+/// produces their letters. (A statement naming a node account contains that name: see [`is_suspect`].)
+const SUSPECT_WORDS: [&[u8]; 17] = [
     b"kill",
     b"prepare",
     b"execute",
@@ -89,14 +101,37 @@ const SUSPECT_WORDS: [&[u8]; 15] = [
     b"install",
     b"purge",
     b"shutdown",
+    b"global_priv",
+    b"mysql",
 ];
 
-/// Judges one SQL text (a `COM_QUERY` or `COM_STMT_PREPARE` payload after its command byte).
-pub fn judge(sql: &[u8]) -> Verdict {
-    if !is_suspect(sql) {
+/// Statements that create, change or remove an account, or its privileges: `(first, second)`, `None` for any
+/// second word. Whatever they name must not be one of the node's accounts.
+const ACCOUNT_STATEMENTS: [(&[u8], Option<&[u8]>); 9] = [
+    (b"create", Some(b"user".as_slice())),
+    (b"create", Some(b"or".as_slice())), // CREATE OR REPLACE USER (and the other CREATE OR REPLACE forms)
+    (b"alter", Some(b"user".as_slice())),
+    (b"drop", Some(b"user".as_slice())),
+    (b"rename", Some(b"user".as_slice())),
+    (b"set", Some(b"password".as_slice())),
+    (b"grant", None),
+    (b"revoke", None),
+    (b"set", Some(b"default".as_slice())), // SET DEFAULT ROLE … FOR account
+];
+/// The privilege tables that hold global privileges and passwords; `mysql.user` is a view over `global_priv` in
+/// 10.4+, but the test suite turns it back into a table (`switch_to_mysql_user.inc`).
+const PRIVILEGE_TABLES: [&[u8]; 2] = [b"global_priv", b"user"];
+/// Statement verbs that write a table or change its definition.
+const WRITE_VERBS: [&[u8]; 10] =
+    [b"insert", b"update", b"delete", b"replace", b"truncate", b"drop", b"alter", b"rename", b"load", b"create"];
+
+/// Judges one SQL text (a `COM_QUERY` or `COM_STMT_PREPARE` payload after its command byte); `node_accounts` are
+/// the user names of the accounts the node runs mariadbd with.
+pub fn judge(sql: &[u8], node_accounts: &BTreeSet<String>) -> Verdict {
+    if !is_suspect(sql, node_accounts) {
         return Verdict::Forward;
     }
-    let verdicts: Vec<Verdict> = LexMode::ALL.iter().map(|mode| judge_in(sql, *mode)).collect();
+    let verdicts: Vec<Verdict> = LexMode::ALL.iter().map(|mode| judge_in(sql, *mode, node_accounts)).collect();
     if let Some(Verdict::Refuse(why)) = verdicts.iter().find(|v| matches!(v, Verdict::Refuse(_))) {
         return Verdict::Refuse(why);
     }
@@ -107,9 +142,20 @@ pub fn judge(sql: &[u8]) -> Verdict {
     }
 }
 
-/// Whether `bytes` contain one of [`SUSPECT_WORDS`], ignoring ASCII case.
-pub fn is_suspect(bytes: &[u8]) -> bool {
+/// The words a command of 16 MiB or more is scanned for as it streams past (it cannot be lexed whole): every
+/// suspect word but `mysql` and the node's account names, which a large document may well hold. Such a command
+/// that writes `mysql.user` or names a node account is not judged (stated in the README).
+pub fn is_suspect_in_bulk(bytes: &[u8]) -> bool {
+    SUSPECT_WORDS.iter().filter(|w| **w != b"mysql").any(|w| contains_ignore_case(bytes, w))
+}
+
+/// The length of the longest word [`is_suspect_in_bulk`] looks for.
+pub const LONGEST_BULK_WORD: usize = 13;
+
+/// Whether `bytes` contain one of [`SUSPECT_WORDS`] or the name of a node account, ignoring ASCII case.
+pub fn is_suspect(bytes: &[u8], node_accounts: &BTreeSet<String>) -> bool {
     SUSPECT_WORDS.iter().any(|w| contains_ignore_case(bytes, w))
+        || node_accounts.iter().any(|a| contains_ignore_case(bytes, a.as_bytes()))
 }
 
 fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
@@ -145,11 +191,11 @@ enum Token {
     },
     /// A `'…'` or `"…"` literal: its bytes between the quotes, escapes left in.
     Text(Vec<u8>),
-    /// A backtick-quoted identifier.
-    QuotedIdent,
+    /// A backtick-quoted identifier: its bytes between the backticks, lower-cased.
+    QuotedIdent(Vec<u8>),
     Semicolon,
     /// Any other character.
-    Punct,
+    Punct(u8),
 }
 
 fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
@@ -197,8 +243,8 @@ fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
                 i = next;
             }
             b'`' => {
-                let (_, next) = quoted(sql, i, b'`', false);
-                out.push(Token::QuotedIdent);
+                let (name, next) = quoted(sql, i, b'`', false);
+                out.push(Token::QuotedIdent(name.to_ascii_lowercase()));
                 i = next;
             }
             b';' => {
@@ -218,7 +264,7 @@ fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
                 });
             }
             _ => {
-                out.push(Token::Punct);
+                out.push(Token::Punct(c));
                 i += 1;
             }
         }
@@ -273,7 +319,7 @@ fn is_word(t: Option<&Token>, word: &[u8]) -> bool {
     matches!(t, Some(Token::Word { lower, .. }) if lower == word)
 }
 
-fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
+fn judge_in(sql: &[u8], mode: LexMode, node_accounts: &BTreeSet<String>) -> Verdict {
     let tokens = lex(sql, mode);
     // Dynamic SQL first: its text is hidden from the KILL check below, so it must be literal and clean.
     for (i, t) in tokens.iter().enumerate() {
@@ -285,12 +331,12 @@ fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
             None
         };
         if let Some(at) = source_at {
-            if !literal_source_is_clean(&tokens[at..]) {
+            if !literal_source_is_clean(&tokens[at..], node_accounts) {
                 return Verdict::Refuse(REFUSE_DYNAMIC_SQL);
             }
         }
     }
-    if let Some(why) = operator_hazard(&tokens) {
+    if let Some(why) = operator_hazard(&tokens, node_accounts) {
         return Verdict::Refuse(why);
     }
     let kills: Vec<usize> =
@@ -325,7 +371,7 @@ fn judge_in(sql: &[u8], mode: LexMode) -> Verdict {
 
 /// Statements only an operator could send (the application account lacks the privileges) that would take a
 /// commit past the global log or the semi-sync wait, or take the binlog and replication out of the node's hands.
-fn operator_hazard(tokens: &[Token]) -> Option<&'static str> {
+fn operator_hazard(tokens: &[Token], node_accounts: &BTreeSet<String>) -> Option<&'static str> {
     let words: Vec<Option<&[u8]>> = tokens
         .iter()
         .map(|t| match t {
@@ -357,13 +403,67 @@ fn operator_hazard(tokens: &[Token]) -> Option<&'static str> {
     if (0..words.len()).any(|i| words[i] == Some(b"shutdown") && starts_statement(i)) {
         return Some(REFUSE_REPLICATION_CONTROL);
     }
-    None
+    node_account_hazard(tokens, &words, &starts_statement, node_accounts)
+}
+
+/// An account statement naming a node account, a write to the privilege tables, or `DROP DATABASE mysql`.
+/// Conservative by design: a statement that only reads a privilege table beside a write of its own (`CREATE TABLE
+/// t AS SELECT … FROM mysql.user`) is refused too; such statements belong on the server's socket.
+fn node_account_hazard(
+    tokens: &[Token],
+    words: &[Option<&[u8]>],
+    starts_statement: &dyn Fn(usize) -> bool,
+    node_accounts: &BTreeSet<String>,
+) -> Option<&'static str> {
+    let starts = |i: usize, first: &[u8]| words[i] == Some(first) && starts_statement(i);
+    let names_node_account = tokens.iter().any(|t| {
+        let name: &[u8] = match t {
+            Token::Word { lower, .. } => lower,
+            Token::Text(bytes) | Token::QuotedIdent(bytes) => bytes,
+            _ => return false,
+        };
+        node_accounts.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(name))
+    });
+    let account_statement = (0..words.len()).any(|i| {
+        ACCOUNT_STATEMENTS
+            .iter()
+            .any(|(first, second)| starts(i, first) && second.is_none_or(|s| words.get(i + 1) == Some(&Some(s))))
+    });
+    if names_node_account && account_statement {
+        return Some(REFUSE_NODE_ACCOUNTS);
+    }
+    let name_at = |i: usize| -> Option<&[u8]> {
+        match tokens.get(i) {
+            Some(Token::Word { lower, .. }) => Some(lower),
+            Some(Token::QuotedIdent(name)) => Some(name),
+            _ => None,
+        }
+    };
+    // `mysql.global_priv`, `mysql.user` (any quoting), and `global_priv` alone (after `USE mysql`; the name is
+    // MariaDB's own).
+    let privilege_table = (0..tokens.len()).any(|i| {
+        name_at(i) == Some(b"global_priv")
+            || (name_at(i) == Some(b"mysql")
+                && tokens.get(i + 1) == Some(&Token::Punct(b'.'))
+                && name_at(i + 2).is_some_and(|t| PRIVILEGE_TABLES.contains(&t)))
+    });
+    let writes = (0..words.len()).any(|i| WRITE_VERBS.iter().any(|v| starts(i, v)));
+    if privilege_table && writes {
+        return Some(REFUSE_NODE_ACCOUNTS);
+    }
+    let drops_mysql = (0..words.len()).any(|i| {
+        starts(i, b"drop")
+            && matches!(words.get(i + 1), Some(Some(b"database" | b"schema")))
+            && (name_at(i + 2) == Some(b"mysql")
+                || (words.get(i + 2) == Some(&Some(b"if")) && name_at(i + 4) == Some(b"mysql")))
+    });
+    drops_mysql.then_some(REFUSE_NODE_ACCOUNTS)
 }
 
 /// The source of `PREPARE s FROM …` / `EXECUTE IMMEDIATE …`: one or more adjacent string literals (MariaDB
 /// concatenates them), then the end, a `;` or `USING`; and their text free of every suspect word once backslashes
 /// are dropped (no escape makes a letter, so this reading covers every mode).
-fn literal_source_is_clean(tokens: &[Token]) -> bool {
+fn literal_source_is_clean(tokens: &[Token], node_accounts: &BTreeSet<String>) -> bool {
     let mut text = Vec::new();
     let mut n = 0;
     for t in tokens {
@@ -377,26 +477,30 @@ fn literal_source_is_clean(tokens: &[Token]) -> bool {
             _ => return false,
         }
     }
-    n > 0 && !is_suspect(&text)
+    n > 0 && !is_suspect(&text, node_accounts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn accounts() -> BTreeSet<String> {
+        ["root".to_string(), "paxsql_repl".to_string()].into()
+    }
+
     fn rewritten(sql: &str) -> String {
-        match judge(sql.as_bytes()) {
+        match judge(sql.as_bytes(), &accounts()) {
             Verdict::Rewrite(t) => String::from_utf8(t).unwrap(),
             other => panic!("{sql:?}: {other:?}"),
         }
     }
 
     fn refused(sql: &str) {
-        assert!(matches!(judge(sql.as_bytes()), Verdict::Refuse(_)), "{sql:?} was not refused");
+        assert!(matches!(judge(sql.as_bytes(), &accounts()), Verdict::Refuse(_)), "{sql:?} was not refused");
     }
 
     fn forwarded(sql: &str) {
-        assert_eq!(judge(sql.as_bytes()), Verdict::Forward, "{sql:?}");
+        assert_eq!(judge(sql.as_bytes(), &accounts()), Verdict::Forward, "{sql:?}");
     }
 
     #[test]
@@ -491,6 +595,52 @@ mod tests {
     }
 
     #[test]
+    fn the_node_accounts_and_the_privilege_tables_are_out_of_reach() {
+        for sql in [
+            "ALTER USER root@localhost IDENTIFIED BY 'x'",
+            "alter user 'root'@'localhost' account lock",
+            "DROP USER IF EXISTS `paxsql_repl`@`127.0.0.1`",
+            "SET PASSWORD FOR 'root'@'localhost' = PASSWORD('x')",
+            "RENAME USER paxsql_repl@localhost TO other@localhost",
+            "REVOKE ALL PRIVILEGES, GRANT OPTION FROM root@localhost",
+            "GRANT PROXY ON 'root'@'localhost' TO eve",
+            "CREATE OR REPLACE USER root@localhost",
+            "TRUNCATE TABLE mysql.global_priv",
+            "truncate `mysql`.`global_priv`",
+            "DELETE FROM global_priv",
+            "UPDATE mysql.global_priv SET priv = '{}' WHERE user = 'x'",
+            "INSERT mysql.global_priv SELECT * FROM t1",
+            "TRUNCATE TABLE mysql.user",
+            "DROP TABLE mysql.global_priv",
+            "RENAME TABLE mysql.global_priv TO mysql.gp_old",
+            "DROP DATABASE mysql",
+            "drop schema if exists `mysql`",
+            "CREATE PROCEDURE p() TRUNCATE mysql.global_priv",
+            "PREPARE s FROM 'TRUNCATE mysql.global_priv'",
+            "PREPARE s FROM 'ALTER USER root@localhost ACCOUNT LOCK'",
+        ] {
+            refused(sql);
+        }
+        forwarded("CREATE USER app2@'%' IDENTIFIED BY 'pw'");
+        forwarded("GRANT SELECT ON app.* TO app2@'%'");
+        forwarded("ALTER USER app2@'%' IDENTIFIED BY 'new'");
+        forwarded("DROP USER app2@'%'");
+        forwarded("SELECT user, host FROM mysql.user");
+        forwarded("SELECT * FROM mysql.global_priv WHERE user = 'root'");
+        forwarded("DROP DATABASE mysql_archive");
+        forwarded("INSERT INTO users (name) VALUES ('rooted')");
+        forwarded("UPDATE t SET user = 'root'");
+    }
+
+    #[test]
+    fn bulk_scan_sees_every_word_it_looks_for() {
+        let longest = SUSPECT_WORDS.iter().filter(|w| **w != b"mysql").map(|w| w.len()).max();
+        assert_eq!(longest, Some(LONGEST_BULK_WORD));
+        assert!(is_suspect_in_bulk(b"xx SET GLOBAL rpl_semi_sync_master_enabled=0"));
+        assert!(!is_suspect_in_bulk(b"INSERT INTO docs VALUES ('about mysql and root')"));
+    }
+
+    #[test]
     fn ordinary_statements_pass_untouched() {
         forwarded("INSERT INTO t VALUES (1)");
         forwarded("SELECT 'kill me' AS txt");
@@ -508,12 +658,12 @@ mod tests {
         let samples: [&[u8]; 8] =
             [b"kill", b"'", b"/*!", b"/*M!", b"kill '\\", b"\xff\xfekill\x00", b"prepare s from", b"execute immediate"];
         for s in samples {
-            let _ = judge(s);
+            let _ = judge(s, &accounts());
         }
         // Every prefix of a tricky text.
         let text = br#"/*!1 KILL*/ 'a\'' "b\"" `c``` ; PREPARE s FROM 'x' ; EXECUTE IMMEDIATE 'y' USING 1; kill 5"#;
         for end in 0..=text.len() {
-            let _ = judge(&text[..end]);
+            let _ = judge(&text[..end], &accounts());
         }
     }
 }

@@ -13,13 +13,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
-use common::{init_tracing, opts_at, phase, Ports, RunningProxy};
+use common::{init_tracing, opts_at, phase, raw_command, Ports, RunningProxy};
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable as _;
 use paxsql_mariadb_testkit::mysql_async::{self, Conn};
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions};
 use paxsql_proxy::{Backend, ProxyConfig, Route};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::TcpStream;
 
 static PORTS: Ports = Ports::new(31200);
 
@@ -116,46 +114,13 @@ async fn waits_for_ack(root: &mut Conn, thread: u64) -> anyhow::Result<()> {
     until_one(root, &sql, "the commit waits for its ACK").await
 }
 
-/// Logs in as [`RAW_USER`] (no password) with a hand-written handshake response, then sends one
-/// `COM_PROCESS_KILL` for `thread` and returns the first byte of the answer (0x00 OK, 0xFF ERR).
+/// Logs in as [`RAW_USER`] (no password), then sends one `COM_PROCESS_KILL` for `thread` and returns the first
+/// byte of the answer (0x00 OK, 0xFF ERR).
 async fn com_process_kill(addr: SocketAddr, thread: u64) -> anyhow::Result<u8> {
-    let mut s = TcpStream::connect(addr).await?;
-    read_packet(&mut s).await?; // greeting
-    const CAPS: u32 = 0x1 | 0x200 | 0x8000 | 0x80000; // LONG_PASSWORD, PROTOCOL_41, SECURE_CONNECTION, PLUGIN_AUTH
-    let mut p = Vec::new();
-    p.extend_from_slice(&CAPS.to_le_bytes());
-    p.extend_from_slice(&(16u32 << 20).to_le_bytes());
-    p.push(33);
-    p.extend_from_slice(&[0; 23]);
-    p.extend_from_slice(RAW_USER.as_bytes());
-    p.push(0);
-    p.push(0); // empty auth response
-    p.extend_from_slice(b"mysql_native_password\0");
-    write_packet(&mut s, 1, &p).await?;
-    let ok = read_packet(&mut s).await?;
-    ensure!(ok.first() == Some(&0), "login as {RAW_USER} failed: {ok:?}");
     let mut kill = vec![0x0c];
     kill.extend_from_slice(&u32::try_from(thread)?.to_le_bytes());
-    write_packet(&mut s, 0, &kill).await?;
-    let answer = read_packet(&mut s).await?;
+    let answer = raw_command(addr, RAW_USER, &kill).await?;
     answer.first().copied().context("empty answer")
-}
-
-async fn write_packet(s: &mut TcpStream, seq: u8, payload: &[u8]) -> anyhow::Result<()> {
-    let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
-    p.push(seq);
-    p.extend_from_slice(payload);
-    s.write_all(&p).await?;
-    Ok(())
-}
-
-async fn read_packet(s: &mut TcpStream) -> anyhow::Result<Vec<u8>> {
-    let mut h = [0u8; 4];
-    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut h)).await??;
-    let len = usize::from(h[0]) | usize::from(h[1]) << 8 | usize::from(h[2]) << 16;
-    let mut p = vec![0u8; len];
-    s.read_exact(&mut p).await?;
-    Ok(p)
 }
 
 /// Runs `sql` through the proxy as the application account; the MariaDB error code it got, or 0 for success.

@@ -83,6 +83,47 @@ impl Drop for RunningProxy {
     }
 }
 
+/// Logs in to `addr` as `user`, an account without a password (a throwaway of the test server), with a
+/// hand-written handshake response, sends one command `payload` and returns the server's first answer packet.
+pub async fn raw_command(addr: SocketAddr, user: &str, payload: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    read_packet(&mut s).await?; // greeting
+    const CAPS: u32 = 0x1 | 0x200 | 0x8000 | 0x80000; // LONG_PASSWORD, PROTOCOL_41, SECURE_CONNECTION, PLUGIN_AUTH
+    let mut p = Vec::new();
+    p.extend_from_slice(&CAPS.to_le_bytes());
+    p.extend_from_slice(&(16u32 << 20).to_le_bytes());
+    p.push(33);
+    p.extend_from_slice(&[0; 23]);
+    p.extend_from_slice(user.as_bytes());
+    p.push(0);
+    p.push(0); // empty auth response
+    p.extend_from_slice(b"mysql_native_password\0");
+    write_packet(&mut s, 1, &p).await?;
+    let ok = read_packet(&mut s).await?;
+    anyhow::ensure!(ok.first() == Some(&0), "login as {user} failed: {ok:?}");
+    write_packet(&mut s, 0, payload).await?;
+    read_packet(&mut s).await
+}
+
+async fn write_packet(s: &mut tokio::net::TcpStream, seq: u8, payload: &[u8]) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut p = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+    p.push(seq);
+    p.extend_from_slice(payload);
+    s.write_all(&p).await?;
+    Ok(())
+}
+
+async fn read_packet(s: &mut tokio::net::TcpStream) -> anyhow::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt as _;
+    let mut h = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut h)).await??;
+    let len = usize::from(h[0]) | usize::from(h[1]) << 8 | usize::from(h[2]) << 16;
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).await?;
+    Ok(p)
+}
+
 /// mysql_async options for `addr` (never the unix socket).
 pub fn opts_at(addr: SocketAddr, user: &str, password: &str) -> Opts {
     OptsBuilder::default()
