@@ -6,6 +6,7 @@
 #   mariadb-server   mariadbd + mariadb-install-db (crates/mariadb-testkit starts its own servers)
 #   mariadb-client   the `mariadb` / `mariadb-admin` / `mariadb-binlog` CLIs (debugging, some tests)
 #   mariadb-backup   mariabackup, to rebuild a node from a healthy member (docs/ARCHITECTURE.md §5)
+#   mariadb-test     MariaDB's mysql-test-run and mysqltest, for the compatibility suite (bench/compat/run.sh)
 #   sysbench         benchmarks (bench/)
 #   iproute2         `ip netns` for network-namespace partition tests; `tc` for the fault suite's slow network
 #                    (netem where the kernel has sch_netem, else a tbf token bucket)
@@ -25,6 +26,7 @@ declare -A PKG_CMD=(
     [mariadb-server]=mariadbd
     [mariadb-client]=mariadb
     [mariadb-backup]=mariadb-backup
+    [mariadb-test]=mariadb-test
     [sysbench]=sysbench
     [iproute2]=ip
     [iptables]=iptables

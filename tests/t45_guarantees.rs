@@ -409,3 +409,33 @@ fn the_read_only_port_refuses_while_its_server_is_not_aligned() {
     // The diverged server itself still holds the row: only the proxy stands between it and clients.
     assert_eq!(c.root_sql(n, "SELECT COUNT(*) FROM app.d WHERE id = 666").as_deref(), Ok("1"));
 }
+
+/// A binlog transaction larger than one log entry (one value must fit in one peer message, 16 MiB) cannot be
+/// replicated yet: it must never be acknowledged, never stay visible, and must not cost more than a hand-over.
+/// Found by MariaDB's `main.count_distinct3` through the RW port: its INSERT … SELECT of ~50 MB broke every peer
+/// stream it was sent on until the master lost its lease, and the cluster served no writes for ~15 s.
+#[test]
+fn a_transaction_larger_than_one_log_entry_is_never_acknowledged_and_costs_one_hand_over() {
+    let c = Cluster::up(3, 28500);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    let (_, term) = c.master_term().expect("a master term");
+    let t = Duration::from_secs(10);
+    c.sql_via(m, "proxy_rw", "CREATE TABLE big (id INT PRIMARY KEY, v LONGBLOB)", t).expect("create");
+    eprintln!("phase: one transaction of 24 MiB (three 8 MiB rows) through the RW port");
+    let started = Instant::now();
+    let big = c.sql_via(
+        m,
+        "proxy_rw",
+        "BEGIN; INSERT INTO big VALUES (1, REPEAT('x', 8388608)), (2, REPEAT('y', 8388608)), \
+         (3, REPEAT('z', 8388608)); COMMIT",
+        Duration::from_secs(30),
+    );
+    eprintln!("the big commit answered after {:?}: {big:?}", started.elapsed());
+    assert!(big.is_err(), "a transaction no log entry can carry was acknowledged: {big:?}");
+    let (next, next_term) = c.wait_new_term(term, Duration::from_secs(5));
+    eprintln!("new term {next_term} on node {next} {:?} after the commit was sent", started.elapsed());
+    c.wait_log(m, "node.log", "more than one log entry carries", Duration::from_secs(5));
+    c.sql_via(next, "proxy_rw", "INSERT INTO big VALUES (4, 'small')", t).expect("a small write after the big one");
+    c.wait_all(&all, "SELECT GROUP_CONCAT(id) FROM big", "4", Duration::from_secs(60));
+}

@@ -11,5 +11,5 @@ mod node;
 mod state;
 
 pub use command::{Command, CommandDecodeError};
-pub use node::{GlobalLogConfig, GlobalLogError, GlobalLogNode, NodeReady, PeerMessage};
+pub use node::{GlobalLogConfig, GlobalLogError, GlobalLogNode, NodeReady, PeerMessage, VALUE_MESSAGE_MARGIN};
 pub use state::{Applied, LastGtid, RejectReason, ReplicatedState};

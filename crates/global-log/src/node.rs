@@ -39,7 +39,14 @@ pub struct GlobalLogConfig {
     pub snapshot_every: u64,
     /// Seeds the jitter of election back-off.
     pub seed: u64,
+    /// The largest binlog transaction one log entry carries: one value must fit in one peer message. A larger
+    /// one is refused at once ([`GlobalLogError::TransactionTooLarge`]) instead of breaking every peer stream it is
+    /// sent on until the lease runs out.
+    pub max_value_bytes: usize,
 }
+
+/// What a peer message carries beside one value (ballots, instance numbers, framing): the room a value leaves.
+pub const VALUE_MESSAGE_MARGIN: usize = 64 << 10;
 
 impl GlobalLogConfig {
     /// Defaults sized for a LAN (docs/ARCHITECTURE.md §5: lease about 1.5 s, renewed every lease/3).
@@ -55,6 +62,7 @@ impl GlobalLogConfig {
             campaign_timeout_ms: 1500,
             snapshot_every: 10_000,
             seed: id,
+            max_value_bytes: (16 << 20) - VALUE_MESSAGE_MARGIN,
         }
     }
 
@@ -135,6 +143,11 @@ pub enum GlobalLogError {
     NotMaster { master: NodeId },
     #[error("this node's master lease has expired")]
     LeaseExpired,
+    #[error(
+        "binlog transaction {domain_id}-{server_id}-{seq} is {bytes} bytes, more than one log entry carries \
+         ({limit} bytes); it is not acknowledged"
+    )]
+    TransactionTooLarge { domain_id: u32, server_id: u32, seq: u64, bytes: usize, limit: usize },
     #[error(transparent)]
     Propose(#[from] ProposeError),
 }
@@ -345,6 +358,15 @@ impl GlobalLogNode {
         events: Vec<u8>,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
+        if events.len() > self.cfg.max_value_bytes {
+            return Err(GlobalLogError::TransactionTooLarge {
+                domain_id,
+                server_id,
+                seq: first_seq,
+                bytes: events.len(),
+                limit: self.cfg.max_value_bytes,
+            });
+        }
         let cmd = Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events };
         self.paxos.propose(cmd.encode())?;
         self.own_appends.push_back((self.now, last_seq));

@@ -390,11 +390,17 @@ impl NodeConfig {
         }
     }
 
+    /// The largest message a peer link carries: a batch of values travels whole in one.
+    pub fn peer_message_bytes(&self) -> usize {
+        (self.timing().max_batch_bytes * 2).max(16 << 20)
+    }
+
     /// The global-log configuration this node runs with.
     pub fn global_log_config(&self) -> paxsql_global_log::GlobalLogConfig {
         let t = self.timing();
         let members = paxsql_paxos::Membership::new(self.members.iter().map(|m| m.id));
         let mut cfg = paxsql_global_log::GlobalLogConfig::lan(self.node_id, members);
+        cfg.max_value_bytes = self.peer_message_bytes() - paxsql_global_log::VALUE_MESSAGE_MARGIN;
         cfg.lease_ms = t.lease_ms;
         cfg.max_clock_drift_ms = t.max_clock_drift_ms;
         cfg.renew_interval_ms = t.renew_interval_ms;

@@ -585,8 +585,8 @@ async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch
 enum CaptureError {
     #[error(transparent)]
     Client(#[from] paxsql_repl_client::Error),
-    #[error("the global log refused transaction {0}: this node is no longer master")]
-    Refused(Gtid),
+    #[error("the global log refused transaction {0}: {1}")]
+    Refused(Gtid, paxsql_global_log::GlobalLogError),
     #[error("the global-log driver is gone")]
     DriverGone,
 }
@@ -671,7 +671,7 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
                 Ok(Ok(())) => {
                     answers.pop_front();
                 }
-                Ok(Err(_)) => break 'capture Err(CaptureError::Refused(*gtid)),
+                Ok(Err(e)) => break 'capture Err(CaptureError::Refused(*gtid, e)),
                 Err(oneshot::error::TryRecvError::Empty) => break,
                 Err(oneshot::error::TryRecvError::Closed) => break 'capture Err(CaptureError::DriverGone),
             }

@@ -110,7 +110,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
 
     // Peers.
     let mut tcfg = TransportConfig::new(cfg.node_id, cfg.cluster_id.clone(), WireSecret::new(secret.expose()));
-    tcfg.max_message_bytes = (cfg.timing().max_batch_bytes * 2).max(16 << 20);
+    tcfg.max_message_bytes = cfg.peer_message_bytes();
     // Talk to peers from the address we listen on: the peers (and any firewall) then see who is speaking.
     tcfg.local_address = Some(cfg.listen.peer.ip()).filter(|ip| !ip.is_unspecified());
     tcfg.tls = cfg.tls.clone();
