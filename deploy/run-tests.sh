@@ -5,7 +5,3 @@ cd "$(dirname "$0")/.."
 bash deploy/install-deps.sh
 # Release build: the simulator sweeps thousands of seeds and the cluster tests run real MariaDB servers.
 cargo test --workspace --release --locked -- --test-threads=2
-# Other people's test suites (a short selection of MariaDB's mysql-test-run, all of PyMySQL's tests), directly on a
-# standalone MariaDB and through every node's RW port of a fresh cluster: fails on any test that passes directly
-# and not through paxsql. The results file goes to a temporary place; committed figures come from longer runs.
-bash bench/compat/run.sh short "$(mktemp -d)/compat-short.txt"

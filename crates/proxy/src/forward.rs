@@ -385,7 +385,8 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             }
             // A privileged account's login refused at the handshake must not come in through a change of user.
             COM_CHANGE_USER
-                if handshake_user_of_change(&payload).is_some_and(|u| rules.refused_users.is_some_and(|r| r.contains(u))) =>
+                if handshake_user_of_change(&payload)
+                    .is_some_and(|u| rules.refused_users.is_some_and(|r| r.contains(u))) =>
             {
                 stats.command_refused();
                 Some(signal("paxsql: a change to an account holding READ ONLY ADMIN is refused on the read-only port"))

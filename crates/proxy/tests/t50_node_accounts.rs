@@ -48,8 +48,7 @@ async fn sql_outcome(conn: &mut Conn, sql: &str) -> anyhow::Result<u16> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_privileged_client_cannot_stop_the_server_read_its_binlog_or_touch_the_node_accounts() -> anyhow::Result<()>
-{
+async fn a_privileged_client_cannot_stop_the_server_read_its_binlog_or_touch_the_node_accounts() -> anyhow::Result<()> {
     init_tracing();
     let db = tokio::task::spawn_blocking(|| MariaDb::start(MariaDbOptions::standalone(11))).await??;
     let backend: SocketAddr = ([127, 0, 0, 1], db.port()).into();
