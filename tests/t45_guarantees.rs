@@ -435,7 +435,7 @@ fn a_transaction_larger_than_one_log_entry_is_never_acknowledged_and_costs_one_h
     assert!(big.is_err(), "a transaction no log entry can carry was acknowledged: {big:?}");
     let (next, next_term) = c.wait_new_term(term, Duration::from_secs(5));
     eprintln!("new term {next_term} on node {next} {:?} after the commit was sent", started.elapsed());
-    c.wait_log(m, "node.log", "more than one log entry carries", Duration::from_secs(5));
+    c.wait_log(m, "log/node.log", "more than one log entry carries", Duration::from_secs(5));
     c.sql_via(next, "proxy_rw", "INSERT INTO big VALUES (4, 'small')", t).expect("a small write after the big one");
     c.wait_all(&all, "SELECT GROUP_CONCAT(id) FROM big", "4", Duration::from_secs(60));
 }

@@ -15,7 +15,7 @@ use paxsql_global_log::Applied;
 use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
 use paxsql_repl_server::EventSource;
 use paxsql_served_binlog::ServedBinlog;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::config::MariaDbConfig;
 use crate::driver::{offer, AppliedSink, Input, NodeStatus};
@@ -634,16 +634,36 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             }
         }
     });
+    // Answers of proposals are awaited by their own task, in order. The capture does not wait for each one before
+    // reading the next transaction: the driver then finds many proposals per round and batches them into one Paxos
+    // instance (one fsync per round instead of one per transaction). ACKs still come only from the applied log,
+    // above. A refusal must end the capture even when no further transaction arrives (the refused one is usually
+    // the last a client sent: it waits for its ACK), so the loop below waits on both. Unbounded is safe: each entry
+    // stands for a proposal already taken by the driver's bounded inbox.
+    let (answer_tx, mut answer_rx) =
+        mpsc::unbounded_channel::<(Gtid, oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>)>();
+    let (refused_tx, mut refused) = oneshot::channel::<CaptureError>();
+    let answer_checker = tokio::spawn(async move {
+        while let Some((gtid, answer)) = answer_rx.recv().await {
+            let failure = match answer.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => CaptureError::Refused(gtid, e),
+                Err(_) => CaptureError::DriverGone,
+            };
+            let _ = refused_tx.send(failure);
+            return;
+        }
+    });
     let mut assembler = TransactionAssembler::new();
-    // Answers of proposals not yet looked at. The capture does not wait for each one before reading the next
-    // transaction: the driver then finds many proposals per round and batches them into one Paxos instance (one
-    // fsync per round instead of one per transaction). ACKs still come only from the applied log, above.
-    let mut answers: VecDeque<(Gtid, oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>)> =
-        VecDeque::new();
-    let result = 'capture: loop {
-        let event = match client.next_event().await {
-            Ok(e) => e,
-            Err(e) => break Err(CaptureError::Client(e)),
+    let result = loop {
+        // `next_event` is only ever cancelled when the capture ends, so no half-read packet is left behind.
+        let event = tokio::select! {
+            biased;
+            failure = &mut refused => break Err(failure.unwrap_or(CaptureError::DriverGone)),
+            event = client.next_event() => match event {
+                Ok(e) => e,
+                Err(e) => break Err(CaptureError::Client(e)),
+            },
         };
         let trx = match assembler.push(&event) {
             Ok(Some(t)) => t,
@@ -665,18 +685,12 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         if send_input(&ctx.inbox, input).await.is_err() {
             break Err(CaptureError::DriverGone);
         }
-        answers.push_back((trx.gtid, answer));
-        while let Some((gtid, answer)) = answers.front_mut() {
-            match answer.try_recv() {
-                Ok(Ok(())) => {
-                    answers.pop_front();
-                }
-                Ok(Err(e)) => break 'capture Err(CaptureError::Refused(*gtid, e)),
-                Err(oneshot::error::TryRecvError::Empty) => break,
-                Err(oneshot::error::TryRecvError::Closed) => break 'capture Err(CaptureError::DriverGone),
-            }
+        if answer_tx.send((trx.gtid, answer)).is_err() {
+            // The checker only stops after sending a failure; the next turn of the loop picks it up.
+            continue;
         }
     };
+    answer_checker.abort();
     acker.abort();
     result
 }
