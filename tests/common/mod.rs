@@ -200,6 +200,24 @@ impl Cluster {
         self.client_sql(id, which, ("app", &self.password()), Some("app"), sql, timeout)
     }
 
+    /// [`Cluster::sql_via`] with the statements read from `script` (the client's standard input), for statements
+    /// longer than one command-line argument may be.
+    pub fn sql_script_via(&self, id: u64, which: &str, script: &Path, timeout: Duration) -> Result<String, String> {
+        let (host, port) = self.endpoint(id, which);
+        let stdin = std::fs::File::open(script).map_err(|e| format!("{}: {e}", script.display()))?;
+        let out = command(&self.netns, "timeout")
+            .arg(format!("{}", timeout.as_secs_f64()))
+            .args(["mariadb", "-N", "-B", "--protocol=tcp", "--skip-ssl", "-uapp", "--max-allowed-packet=64M"])
+            .arg(format!("-h{host}"))
+            .arg(format!("-P{port}"))
+            .arg("app")
+            .env("MYSQL_PWD", self.password())
+            .stdin(stdin)
+            .output()
+            .map_err(|e| e.to_string())?;
+        cli_outcome(out)
+    }
+
     /// [`Cluster::sql_via`] as another account (user, password), with no default database.
     pub fn sql_as(&self, id: u64, which: &str, account: (&str, &str), sql: &str) -> Result<String, String> {
         self.client_sql(id, which, account, None, sql, Duration::from_secs(10))

@@ -167,7 +167,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     // mariadbd: the role controller starts it, always in recovery mode (killed first if a previous process left one
     // running: only a recovery restart may bring it back, docs/ARCHITECTURE.md §5).
     let defaults_file = cfg.mariadb.defaults_file.clone().unwrap_or_else(|| cfg.data_dir.join("my.cnf"));
-    let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone());
+    let log_entry_bytes = cfg.global_log_config().max_value_bytes;
+    let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone(), log_entry_bytes);
     let (local_tx, local_role) = watch::channel(LocalRole::Down("starting".into()));
     let donor = Arc::new(BackupDonor::new(cfg.mariadb.clone(), defaults_file, admin_password, cfg.data_dir.clone()));
     admin_donor.send_replace(Some((donor, local_role.clone())));

@@ -317,6 +317,12 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     // One buffer for every command of the connection, not an allocation per query.
     let mut payload = Vec::new();
     loop {
+        // Before waiting on the client, push out what was written: a TLS relay's stream holds the end of a large
+        // command in its record buffer until flushed (a plain socket's flush costs nothing), and the client is
+        // waiting for the answer to a command the server has not seen whole.
+        if reader.buffer().is_empty() {
+            server.flush().await?;
+        }
         let mut header = [0u8; 4];
         match reader.read_exact(&mut header[..1]).await {
             Ok(_) => {}

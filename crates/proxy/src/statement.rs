@@ -52,8 +52,9 @@ pub const REFUSE_REPLICATION_CONTROL: &str =
      SHUTDOWN); use the paxsql commands instead";
 
 /// Variables a session must not set through the proxy: each lets a commit bypass the global log or the semi-sync
-/// wait, or breaks the log's GTID sequence.
-const GUARDED_VARIABLES: [&[u8]; 9] = [
+/// wait, or breaks the log's GTID sequence, or lets a transaction larger than one log entry reach the binlog (the
+/// node sets `max_binlog_cache_size` below it; past it the master must be killed and its term handed over).
+const GUARDED_VARIABLES: [&[u8]; 10] = [
     b"sql_log_bin",
     b"gtid_seq_no",
     b"gtid_domain_id",
@@ -63,6 +64,7 @@ const GUARDED_VARIABLES: [&[u8]; 9] = [
     b"gtid_strict_mode",
     b"read_only",
     b"log_bin_trust_function_creators",
+    b"max_binlog_cache_size",
 ];
 /// Adjacent keyword pairs that start a statement the node must run itself, never a client.
 const REPLICATION_CONTROL: [(&[u8], &[u8]); 14] = [
@@ -85,7 +87,7 @@ const REPLICATION_CONTROL: [(&[u8], &[u8]); 14] = [
 /// Words that start every form this module cares about. A statement whose bytes contain none of them (in any case)
 /// cannot hold a KILL, PREPARE or EXECUTE keyword: SQL keywords are written literally, no escape or comment
 /// produces their letters. (A statement naming a node account contains that name: see [`is_suspect`].)
-const SUSPECT_WORDS: [&[u8]; 17] = [
+const SUSPECT_WORDS: [&[u8]; 18] = [
     b"kill",
     b"prepare",
     b"execute",
@@ -94,6 +96,7 @@ const SUSPECT_WORDS: [&[u8]; 17] = [
     b"server_id",
     b"read_only",
     b"log_bin_trust",
+    b"max_binlog",
     b"rpl_semi_sync",
     b"master",
     b"slave",
@@ -564,6 +567,8 @@ mod tests {
             "SET gtid_seq_no = 100",
             "SET GLOBAL server_id = 7",
             "SET GLOBAL read_only = OFF",
+            "SET GLOBAL max_binlog_cache_size = 1073741824",
+            "set @@global.max_binlog_cache_size = DEFAULT",
             "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
             "set global rpl_semi_sync_master_timeout = 10",
             "RESET MASTER",
