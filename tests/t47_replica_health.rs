@@ -87,6 +87,19 @@ fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
         s != "replica" && d.contains("1062")
     });
     eprintln!("node {r}: stopped applier reported after {seen:?}: {:?}", database(&c, r));
+    // The figure an operator watches for a replica falling behind: fed by the server's own position.
+    let behind = |id: u64| {
+        let st = c.status();
+        st["nodes"]
+            .as_array()
+            .and_then(|n| n.iter().find(|n| n["id"] == id))
+            .and_then(|n| n["lag_transactions"].as_u64())
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while behind(r).unwrap_or(0) < 1 {
+        assert!(Instant::now() < deadline, "node {r}'s stopped applier shows no lag: {:?}", behind(r));
+        std::thread::sleep(Duration::from_millis(200));
+    }
     c.wait_log(r, "log/node.log", "the applier keeps stopping: rebuilding the replica", Duration::from_secs(60));
     c.wait_log(r, "log/node.log", "rebuild complete", Duration::from_secs(180));
     wait_database(&c, r, Duration::from_secs(60), "serving as replica again", |s, _| s == "replica");
@@ -94,6 +107,11 @@ fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
     c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (3, 'log')", T).expect("insert");
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(60));
     checksums_equal(&c, &all);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while all.iter().any(|n| behind(*n) != Some(0)) {
+        assert!(Instant::now() < deadline, "caught-up nodes show lag: {:?}", all.map(behind));
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]

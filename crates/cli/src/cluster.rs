@@ -613,6 +613,8 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             },
             "database": st["database"],
             "database_detail": st["database_detail"],
+            "database_gtid": st["database_gtid"],
+            "lag_transactions": st["lag_transactions"],
             "pids": { "node": node_pid, "mariadbd": mariadbd_pid },
         }));
     }
@@ -629,8 +631,18 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     }
     println!("cluster {}   master: {}", file.cluster_id, master.map_or("none".to_string(), |m| format!("node {m}")));
     println!(
-        "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
-        "node", "role", "database", "master", "version", "applied", "last gtid", "mariadb", "node pid", "db pid"
+        "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:>7} {:<16} {:>8} {:>9}",
+        "node",
+        "role",
+        "database",
+        "master",
+        "version",
+        "applied",
+        "last gtid",
+        "behind",
+        "mariadb",
+        "node pid",
+        "db pid"
     );
     // JSON values print with quotes and ignore widths: render each cell as plain text first.
     let cell = |v: &serde_json::Value| match v {
@@ -640,7 +652,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
     };
     for r in &rows {
         println!(
-            "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:<16} {:>8} {:>9}",
+            "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:>7} {:<16} {:>8} {:>9}",
             cell(&r["id"]),
             cell(&r["role"]),
             cell(&r["database"]),
@@ -648,6 +660,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             cell(&r["master_version"]),
             cell(&r["applied_instance"]),
             cell(&r["global_last_gtid"]),
+            cell(&r["lag_transactions"]),
             cell(&r["endpoints"]["mariadb"]),
             cell(&r["pids"]["node"]),
             cell(&r["pids"]["mariadbd"]),

@@ -83,6 +83,13 @@ struct StatusFile<'a> {
     database: &'a str,
     /// Why, or how far (a rebuild's progress).
     database_detail: String,
+    /// The local server's `gtid_current_pos`, when the node could read it this round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    database_gtid: Option<String>,
+    /// How many transactions of the global log the local server has yet to apply (0 on a master that serves).
+    /// A replica minutes behind looks healthy otherwise, and a failover to it takes as long as it needs to catch up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lag_transactions: Option<u64>,
     mariadbd_pid: Option<u32>,
     node_pid: u32,
 }
@@ -708,6 +715,8 @@ async fn publish_status(
             members: &st.members,
             database: local_role.name(),
             database_detail: local_role.detail(),
+            database_gtid: local_gtid.clone(),
+            lag_transactions: lag,
             mariadbd_pid: pid,
             node_pid: std::process::id(),
         };
