@@ -34,9 +34,13 @@ pub enum Verdict {
 pub const REFUSE_EMBEDDED_KILL: &str =
     "paxsql: KILL is accepted only as a statement of its own (it is sent on as KILL SOFT, so that it cannot end a \
      commit that waits for its majority)";
+/// What the server answers, at run time, for dynamic SQL built from an expression whose text holds a suspect word
+/// (no quote or backslash: it goes inside a SQL literal inside a SQL literal).
+pub const REFUSE_BUILT_SQL: &str =
+    "paxsql: dynamic SQL built at run time that holds KILL, a replication or log word, or a node account is refused";
 pub const REFUSE_DYNAMIC_SQL: &str =
-    "paxsql: PREPARE ... FROM and EXECUTE IMMEDIATE take only string literals here, and no KILL: the proxy must see \
-     every KILL to keep a commit from ending before a majority holds it";
+    "paxsql: PREPARE ... FROM and EXECUTE IMMEDIATE of text holding KILL (or a replication or log word, or a node \
+     account) are refused: the proxy must see every KILL to keep a commit from ending before a majority holds it";
 
 pub const REFUSE_LOG_BYPASS: &str =
     "paxsql: this statement is refused through the proxy: it would write outside the global log or change what \
@@ -201,8 +205,11 @@ enum Token {
     Punct(u8),
 }
 
-fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
+/// The tokens of `sql` read in `mode`, each with its `start..end` in the text (a literal's and an identifier's
+/// quotes included).
+fn lex_spanned(sql: &[u8], mode: LexMode) -> (Vec<Token>, Vec<std::ops::Range<usize>>) {
     let mut out = Vec::new();
+    let mut spans = Vec::new();
     let mut i = 0;
     let mut in_exec = false;
     let n = sql.len();
@@ -243,15 +250,18 @@ fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
                 let backslash = if c == b'\'' { mode.backslash_in_single } else { mode.backslash_in_double };
                 let (content, next) = quoted(sql, i, c, backslash);
                 out.push(Token::Text(content));
+                spans.push(i..next);
                 i = next;
             }
             b'`' => {
                 let (name, next) = quoted(sql, i, b'`', false);
                 out.push(Token::QuotedIdent(name.to_ascii_lowercase()));
+                spans.push(i..next);
                 i = next;
             }
             b';' => {
                 out.push(Token::Semicolon);
+                spans.push(i..i + 1);
                 i += 1;
             }
             c if is_word_byte(c) => {
@@ -265,14 +275,16 @@ fn lex(sql: &[u8], mode: LexMode) -> Vec<Token> {
                     end: i,
                     in_executable_comment: in_exec,
                 });
+                spans.push(start..i);
             }
             _ => {
                 out.push(Token::Punct(c));
+                spans.push(i..i + 1);
                 i += 1;
             }
         }
     }
-    out
+    (out, spans)
 }
 
 fn is_word_byte(c: u8) -> bool {
@@ -323,20 +335,26 @@ fn is_word(t: Option<&Token>, word: &[u8]) -> bool {
 }
 
 fn judge_in(sql: &[u8], mode: LexMode, node_accounts: &BTreeSet<String>) -> Verdict {
-    let tokens = lex(sql, mode);
-    // Dynamic SQL first: its text is hidden from the KILL check below, so it must be literal and clean.
+    let (tokens, spans) = lex_spanned(sql, mode);
+    // Dynamic SQL first: its text is hidden from the KILL check below. A literal source is judged here; a source
+    // built at run time is wrapped so that the server checks the text it built before running it
+    // ([`guard_dynamic_source`]).
+    let mut guarded = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
-        let source_at = if is_word(Some(t), b"prepare") && is_word(tokens.get(i + 2), b"from") {
-            Some(i + 3)
+        let (source_at, execute) = if is_word(Some(t), b"prepare") && is_word(tokens.get(i + 2), b"from") {
+            (i + 3, false)
         } else if is_word(Some(t), b"execute") && is_word(tokens.get(i + 1), b"immediate") {
-            Some(i + 2)
+            (i + 2, true)
         } else {
-            None
+            continue;
         };
-        if let Some(at) = source_at {
-            if !literal_source_is_clean(&tokens[at..], node_accounts) {
-                return Verdict::Refuse(REFUSE_DYNAMIC_SQL);
-            }
+        match literal_source(&tokens[source_at..], node_accounts) {
+            LiteralSource::Clean => {}
+            LiteralSource::Suspect => return Verdict::Refuse(REFUSE_DYNAMIC_SQL),
+            LiteralSource::NotLiteral => match expression_span(sql, &tokens, &spans, source_at, execute) {
+                Some(span) => guarded.push(span),
+                None => return Verdict::Refuse(REFUSE_DYNAMIC_SQL),
+            },
         }
     }
     if let Some(why) = operator_hazard(&tokens, node_accounts) {
@@ -344,6 +362,12 @@ fn judge_in(sql: &[u8], mode: LexMode, node_accounts: &BTreeSet<String>) -> Verd
     }
     let kills: Vec<usize> =
         tokens.iter().enumerate().filter(|(_, t)| is_word(Some(t), b"kill")).map(|(i, _)| i).collect();
+    if !guarded.is_empty() {
+        if !kills.is_empty() {
+            return Verdict::Refuse(REFUSE_EMBEDDED_KILL);
+        }
+        return Verdict::Rewrite(guard_dynamic_sources(sql, &guarded, node_accounts));
+    }
     let Some(&first) = kills.first() else { return Verdict::Forward };
     // The only KILL we pass on: a statement of its own, `KILL …` with nothing before it and at most a `;` after.
     let Token::Word { start, end, in_executable_comment, .. } = &tokens[first] else {
@@ -463,10 +487,19 @@ fn node_account_hazard(
     drops_mysql.then_some(REFUSE_NODE_ACCOUNTS)
 }
 
-/// The source of `PREPARE s FROM …` / `EXECUTE IMMEDIATE …`: one or more adjacent string literals (MariaDB
-/// concatenates them), then the end, a `;` or `USING`; and their text free of every suspect word once backslashes
-/// are dropped (no escape makes a letter, so this reading covers every mode).
-fn literal_source_is_clean(tokens: &[Token], node_accounts: &BTreeSet<String>) -> bool {
+/// What the source of `PREPARE s FROM …` / `EXECUTE IMMEDIATE …` is.
+enum LiteralSource {
+    /// One or more adjacent string literals (MariaDB concatenates them), then the end, a `;` or `USING`, their
+    /// text free of every suspect word once backslashes are dropped (no escape makes a letter, so this reading
+    /// covers every mode).
+    Clean,
+    /// Such literals holding a suspect word.
+    Suspect,
+    /// An expression (a user variable, `CONCAT(…)`, …): its text exists only at run time.
+    NotLiteral,
+}
+
+fn literal_source(tokens: &[Token], node_accounts: &BTreeSet<String>) -> LiteralSource {
     let mut text = Vec::new();
     let mut n = 0;
     for t in tokens {
@@ -477,10 +510,78 @@ fn literal_source_is_clean(tokens: &[Token], node_accounts: &BTreeSet<String>) -
             }
             Token::Semicolon => break,
             Token::Word { lower, .. } if lower == b"using" && n > 0 => break,
-            _ => return false,
+            _ => return LiteralSource::NotLiteral,
         }
     }
-    n > 0 && !is_suspect(&text, node_accounts)
+    match (n, is_suspect(&text, node_accounts)) {
+        (0, _) => LiteralSource::NotLiteral,
+        (_, false) => LiteralSource::Clean,
+        (_, true) => LiteralSource::Suspect,
+    }
+}
+
+/// The bytes of a dynamic-SQL source expression starting at token `at`: up to the `;` that ends its statement,
+/// or (`execute`) the `USING` of `EXECUTE IMMEDIATE`, at parenthesis depth 0, or the end of the text. `None` for
+/// what this reading would not rewrite safely: an empty source, unbalanced parentheses, a comment inside it.
+fn expression_span(
+    sql: &[u8],
+    tokens: &[Token],
+    spans: &[std::ops::Range<usize>],
+    at: usize,
+    execute: bool,
+) -> Option<std::ops::Range<usize>> {
+    let mut depth = 0usize;
+    let mut last = None;
+    for (j, t) in tokens.iter().enumerate().skip(at) {
+        match t {
+            Token::Semicolon if depth == 0 => break,
+            Token::Word { lower, .. } if execute && depth == 0 && lower == b"using" => break,
+            Token::Punct(b'(') => depth += 1,
+            Token::Punct(b')') => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+        last = Some(j);
+    }
+    let span = spans.get(at)?.start..spans.get(last?)?.end;
+    let text = sql.get(span.clone())?;
+    // An executable comment anywhere would move the wrapper's own text in or out of it.
+    let executable = sql.windows(3).any(|w| w == b"/*!") || sql.windows(4).any(|w| w == b"/*M!");
+    let commented =
+        executable || text.windows(2).any(|w| w == b"/*" || w == b"*/" || w == b"--") || text.contains(&b'#');
+    (depth == 0 && !commented).then_some(span)
+}
+
+/// The user variable a guarded source is evaluated into, once, so that the text checked is the text run.
+const GUARD_VARIABLE: &str = "@paxsql_dynamic_sql";
+
+/// Wraps each source expression in `spans` so that the server itself refuses, at run time, a built text holding a
+/// suspect word (the words [`is_suspect`] looks for, and the node's account names): the text is evaluated once
+/// into [`GUARD_VARIABLE`], matched case-insensitively after conversion to utf8mb4 (so a UCS-2 `KILL` is seen),
+/// and replaced by a `SIGNAL` of ERR 1235 when it matches. Built-in functions only: MariaDB takes no stored
+/// function or subquery in a dynamic-SQL source. `PREPARE` prepares the SIGNAL; its `EXECUTE` raises it.
+fn guard_dynamic_sources(sql: &[u8], spans: &[std::ops::Range<usize>], node_accounts: &BTreeSet<String>) -> Vec<u8> {
+    // No backslash anywhere in what is added: it reads the same with and without NO_BACKSLASH_ESCAPES.
+    let mut pattern = String::from("(?i)");
+    let words = SUSPECT_WORDS.iter().map(|w| String::from_utf8_lossy(w).into_owned());
+    let accounts = node_accounts.iter().map(|a| {
+        a.chars()
+            .filter(|c| c.is_ascii_graphic() && *c != '\'' && *c != '\\')
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_string() } else { format!("[{c}]") })
+            .collect::<String>()
+    });
+    pattern.push_str(&words.chain(accounts).filter(|w| !w.is_empty()).collect::<Vec<_>>().join("|"));
+    let signal = format!("'SIGNAL SQLSTATE ''42000'' SET MYSQL_ERRNO = 1235, MESSAGE_TEXT = ''{REFUSE_BUILT_SQL}'''");
+    let mut out = Vec::with_capacity(sql.len() + spans.len() * (pattern.len() + signal.len() + 96));
+    let mut from = 0;
+    for span in spans {
+        out.extend_from_slice(&sql[from..span.start]);
+        out.extend_from_slice(format!("IF(CONVERT(({GUARD_VARIABLE} := ").as_bytes());
+        out.extend_from_slice(&sql[span.clone()]);
+        out.extend_from_slice(format!(") USING utf8mb4) REGEXP '{pattern}', {signal}, {GUARD_VARIABLE})").as_bytes());
+        from = span.end;
+    }
+    out.extend_from_slice(&sql[from..]);
+    out
 }
 
 #[cfg(test)]
@@ -540,16 +641,30 @@ mod tests {
     }
 
     #[test]
-    fn dynamic_sql_must_be_literal_and_clean() {
-        refused("PREPARE s FROM @q");
-        refused("PREPARE s FROM CONCAT('KI','LL 5')");
+    fn dynamic_sql_from_literals_is_judged_and_from_expressions_guarded() {
         refused("PREPARE s FROM 'KILL 5'");
         refused("PREPARE s FROM 'KI' 'LL 5'");
         refused(r"PREPARE s FROM 'K\ILL 5'");
-        refused("EXECUTE IMMEDIATE @q");
         refused("EXECUTE IMMEDIATE 'kill 5'");
-        refused("EXECUTE IMMEDIATE CONCAT('SEL', 'ECT 1')");
         refused("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE ?' USING @q");
+        // Built at run time: the server checks the text it built (t30_kill runs these against MariaDB).
+        let guard = |expr: &str| format!("IF(CONVERT((@paxsql_dynamic_sql := {expr}) USING utf8mb4) REGEXP '(?i)kill|");
+        assert!(rewritten("PREPARE s FROM @q").starts_with(&format!("PREPARE s FROM {}", guard("@q"))));
+        assert!(rewritten("PREPARE s FROM CONCAT('KI','LL 5');")
+            .starts_with(&format!("PREPARE s FROM {}", guard("CONCAT('KI','LL 5')"))));
+        let using = rewritten("EXECUTE IMMEDIATE CONCAT('SELECT ', '?') USING 5");
+        assert!(using.starts_with(&format!("EXECUTE IMMEDIATE {}", guard("CONCAT('SELECT ', '?')"))), "{using}");
+        assert!(using.ends_with(", @paxsql_dynamic_sql) USING 5"), "{using}");
+        assert!(rewritten("EXECUTE IMMEDIATE @q").contains("|paxsql_repl|root', 'SIGNAL SQLSTATE ''42000''"));
+        let body = rewritten("CREATE PROCEDURE p(q TEXT) BEGIN PREPARE s FROM q; EXECUTE s; EXECUTE IMMEDIATE q; END");
+        assert_eq!(body.matches("@paxsql_dynamic_sql :=").count(), 2, "{body}");
+        assert!(body.ends_with(", @paxsql_dynamic_sql); END"), "{body}");
+        assert!(!rewritten("EXECUTE IMMEDIATE @q").contains('\\'), "must read alike with NO_BACKSLASH_ESCAPES");
+        // What this reading does not rewrite: a KILL beside it, a comment inside the source, unbalanced parentheses.
+        refused("EXECUTE IMMEDIATE @q; KILL 5");
+        refused("EXECUTE IMMEDIATE /*!@q*/");
+        refused("EXECUTE IMMEDIATE CONCAT(@q -- x\n)");
+        refused("EXECUTE IMMEDIATE CONCAT(@q");
         forwarded("PREPARE s FROM 'SELECT * FROM t WHERE id = ?'");
         forwarded("EXECUTE IMMEDIATE 'SELECT ?' USING 1");
         forwarded("EXECUTE s USING @a");
