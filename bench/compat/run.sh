@@ -41,6 +41,9 @@ case "$SELECTION" in
       # master serves only once caught up, and every test meanwhile fails on the hold timeout, which would say
       # nothing about those tests.
       case $b in count_distinct3|alter_table) skip=1 ;; esac
+      # Deletes 128,000 rows of a MyISAM table keyed on a non-unique column: each replica then scans the table once
+      # per row event, minutes of lag that only lengthen the run (README, "Replicas apply row events").
+      [ "$b" = delete_use_source ] && skip=1
       [ $skip = 1 ] || echo "$b"
     done | awk "NR <= 250") ;;
   *) TESTS=$(grep -v '^#' "$SELECTION") ;;

@@ -555,33 +555,50 @@ fn expression_span(
 const GUARD_VARIABLE: &str = "@paxsql_dynamic_sql";
 
 /// Wraps each source expression in `spans` so that the server itself refuses, at run time, a built text holding a
-/// suspect word (the words [`is_suspect`] looks for, and the node's account names): the text is evaluated once
-/// into [`GUARD_VARIABLE`], matched case-insensitively after conversion to utf8mb4 (so a UCS-2 `KILL` is seen),
-/// and replaced by a `SIGNAL` of ERR 1235 when it matches. Built-in functions only: MariaDB takes no stored
-/// function or subquery in a dynamic-SQL source. `PREPARE` prepares the SIGNAL; its `EXECUTE` raises it.
+/// suspect word ([`guard_pattern`]): the text is evaluated once into [`GUARD_VARIABLE`], and replaced by a `SIGNAL`
+/// of ERR 1235 when it matches. Built-in functions only: MariaDB takes no stored function or subquery in a
+/// dynamic-SQL source. `PREPARE` prepares the SIGNAL; its `EXECUTE` raises it. (In a UCS-2, UTF-16 or UTF-32
+/// connection MariaDB reads the SIGNAL's own text wrongly and answers ERR 1407 instead: still refused.)
 fn guard_dynamic_sources(sql: &[u8], spans: &[std::ops::Range<usize>], node_accounts: &BTreeSet<String>) -> Vec<u8> {
     // No backslash anywhere in what is added: it reads the same with and without NO_BACKSLASH_ESCAPES.
-    let mut pattern = String::from("(?i)");
-    let words = SUSPECT_WORDS.iter().map(|w| String::from_utf8_lossy(w).into_owned());
-    let accounts = node_accounts.iter().map(|a| {
-        a.chars()
-            .filter(|c| c.is_ascii_graphic() && *c != '\'' && *c != '\\')
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_string() } else { format!("[{c}]") })
-            .collect::<String>()
-    });
-    pattern.push_str(&words.chain(accounts).filter(|w| !w.is_empty()).collect::<Vec<_>>().join("|"));
+    let pattern = guard_pattern(node_accounts);
     let signal = format!("'SIGNAL SQLSTATE ''42000'' SET MYSQL_ERRNO = 1235, MESSAGE_TEXT = ''{REFUSE_BUILT_SQL}'''");
     let mut out = Vec::with_capacity(sql.len() + spans.len() * (pattern.len() + signal.len() + 96));
     let mut from = 0;
     for span in spans {
         out.extend_from_slice(&sql[from..span.start]);
-        out.extend_from_slice(format!("IF(CONVERT(({GUARD_VARIABLE} := ").as_bytes());
+        out.extend_from_slice(format!("IF(CAST(({GUARD_VARIABLE} := ").as_bytes());
         out.extend_from_slice(&sql[span.clone()]);
-        out.extend_from_slice(format!(") USING utf8mb4) REGEXP '{pattern}', {signal}, {GUARD_VARIABLE})").as_bytes());
+        out.extend_from_slice(format!(") AS BINARY) REGEXP {pattern}, {signal}, {GUARD_VARIABLE})").as_bytes());
         from = span.end;
     }
     out.extend_from_slice(&sql[from..]);
     out
+}
+
+/// The `_binary` literal [`guard_dynamic_sources`] matches a built text's bytes against: each word of
+/// [`SUSPECT_WORDS`] (`mysql` as `mysql.user`: alone it would match every `…_mysql500_ci` collation) and each node
+/// account name, case-insensitively, with up to three control bytes allowed between characters, so that the
+/// same word in UCS-2, UTF-16 or UTF-32 (NUL bytes beside each ASCII letter) matches too. Bytes, not characters:
+/// converting the text would warn on bytes invalid in the target character set, and a plain literal in a UCS-2
+/// connection would turn the pattern itself into wide characters (measured: a KILL then ran). A second match, or a
+/// second reference to the variable, made MariaDB evaluate the source twice (measured), which would let the text
+/// checked differ from the text run.
+fn guard_pattern(node_accounts: &BTreeSet<String>) -> String {
+    const GAP: &str = "[[:cntrl:]]{0,3}";
+    let spell = |word: &str| {
+        word.chars()
+            .filter(|c| c.is_ascii_graphic() && *c != '\'' && *c != '\\')
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_string() } else { format!("[{c}]") })
+            .collect::<Vec<_>>()
+            .join(GAP)
+    };
+    let words = SUSPECT_WORDS.iter().filter(|w| **w != b"mysql").map(|w| spell(&String::from_utf8_lossy(w)));
+    let user_table = [spell("mysql"), "[`]?".into(), "[.]".into(), "[`]?".into(), spell("user")].join(GAP);
+    let accounts = node_accounts.iter().map(|a| spell(a));
+    let alternatives: Vec<String> =
+        words.chain(std::iter::once(user_table)).chain(accounts).filter(|w| !w.is_empty()).collect();
+    format!("_binary'(?i){}'", alternatives.join("|"))
 }
 
 #[cfg(test)]
@@ -648,14 +665,18 @@ mod tests {
         refused("EXECUTE IMMEDIATE 'kill 5'");
         refused("EXECUTE IMMEDIATE 'EXECUTE IMMEDIATE ?' USING @q");
         // Built at run time: the server checks the text it built (t30_kill runs these against MariaDB).
-        let guard = |expr: &str| format!("IF(CONVERT((@paxsql_dynamic_sql := {expr}) USING utf8mb4) REGEXP '(?i)kill|");
+        let guard = |expr: &str| {
+            format!("IF(CAST((@paxsql_dynamic_sql := {expr}) AS BINARY) REGEXP _binary'(?i)k[[:cntrl:]]{{0,3}}i")
+        };
         assert!(rewritten("PREPARE s FROM @q").starts_with(&format!("PREPARE s FROM {}", guard("@q"))));
         assert!(rewritten("PREPARE s FROM CONCAT('KI','LL 5');")
             .starts_with(&format!("PREPARE s FROM {}", guard("CONCAT('KI','LL 5')"))));
         let using = rewritten("EXECUTE IMMEDIATE CONCAT('SELECT ', '?') USING 5");
         assert!(using.starts_with(&format!("EXECUTE IMMEDIATE {}", guard("CONCAT('SELECT ', '?')"))), "{using}");
         assert!(using.ends_with(", @paxsql_dynamic_sql) USING 5"), "{using}");
-        assert!(rewritten("EXECUTE IMMEDIATE @q").contains("|paxsql_repl|root', 'SIGNAL SQLSTATE ''42000''"));
+        let pattern = rewritten("EXECUTE IMMEDIATE @q");
+        assert!(pattern.contains("|m[[:cntrl:]]{0,3}y"), "{pattern}");
+        assert!(pattern.contains("|r[[:cntrl:]]{0,3}o[[:cntrl:]]{0,3}o[[:cntrl:]]{0,3}t', 'SIGNAL"), "{pattern}");
         let body = rewritten("CREATE PROCEDURE p(q TEXT) BEGIN PREPARE s FROM q; EXECUTE s; EXECUTE IMMEDIATE q; END");
         assert_eq!(body.matches("@paxsql_dynamic_sql :=").count(), 2, "{body}");
         assert!(body.ends_with(", @paxsql_dynamic_sql); END"), "{body}");
