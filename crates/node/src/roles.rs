@@ -204,7 +204,7 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                 }
             },
             // Alignment comes before any role, also before a promotion right after a restart.
-            (Current::Unknown, _) => match become_replica(&ctx, st.master_version).await {
+            (Current::Unknown, _) => match become_replica(&ctx).await {
                 Ok(()) => {
                     current = Current::Replica;
                     if probation_until.is_none() {
@@ -493,17 +493,7 @@ async fn check_replica(ctx: &Arc<RoleContext>) -> Result<(), ReplicaFault> {
 
 /// Server ids of master terms never collide with a node's base id (its config) or another node's terms.
 fn term_server_id(node_id: u64, master_version: u64) -> u32 {
-    (1_000_000 + (node_id % 1000) * 100_000 + master_version % TERM_SERVER_IDS) as u32
-}
-
-/// How many terms [`term_server_id`] tells apart before its ids repeat.
-const TERM_SERVER_IDS: u64 = 100_000;
-
-/// The term (modulo [`TERM_SERVER_IDS`]) whose server id is `server_id`, if it is one of node `node_id`'s.
-fn own_term_of(node_id: u64, server_id: u32) -> Option<u64> {
-    let base = 1_000_000 + (node_id % 1000) * 100_000;
-    let v = u64::from(server_id).checked_sub(base)?;
-    (v < TERM_SERVER_IDS).then_some(v)
+    (1_000_000 + (node_id % 1000) * 100_000 + master_version % 100_000) as u32
 }
 
 async fn demote(
@@ -523,8 +513,7 @@ async fn demote(
     tracing::warn!("demoted: mariadbd killed; it restarts in recovery mode");
 }
 
-/// `master_version`: the term the global log is in now (as far as this node has applied it).
-async fn become_replica(ctx: &Arc<RoleContext>, master_version: u64) -> Result<(), MariaDbError> {
+async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     let db = ctx.mariadb.lock().await;
     // Alignment (docs/ARCHITECTURE.md §5): the local server must hold a prefix of the global log before it serves in any role.
     // A position ahead of our copy of the log may only mean the copy is still catching up: retry later. A
@@ -533,17 +522,10 @@ async fn become_replica(ctx: &Arc<RoleContext>, master_version: u64) -> Result<(
     let position: GtidSet = local.parse().unwrap_or_default();
     if let Err(e) = ctx.global_binlog.locate(&position) {
         // Diverged, or behind the start of a compacted log: either way only a copy of a member's data helps.
-        // A transaction of one of this node's own ended terms that the log does not hold never will: the log takes
-        // no transaction from a term once a later one has begun. That is the tail a former master keeps when the
-        // log refused its last transaction (one larger than a log entry, on a non-transactional table) — without
-        // this, such a node waited, not aligned, until a new master's first write happened to collide with it.
-        // (Past TERM_SERVER_IDS terms the ids repeat and the term cannot be told: wait, as before.)
-        let diverged = match &e {
-            paxsql_repl_server::Error::ReplicaDiverged { .. } | paxsql_repl_server::Error::GtidPurged { .. } => true,
-            paxsql_repl_server::Error::GtidNotInLog { gtid } => own_term_of(ctx.node_id, gtid.server_id)
-                .is_some_and(|term| master_version < TERM_SERVER_IDS && term < master_version),
-            _ => false,
-        };
+        let diverged = matches!(
+            e,
+            paxsql_repl_server::Error::ReplicaDiverged { .. } | paxsql_repl_server::Error::GtidPurged { .. }
+        );
         return Err(MariaDbError::NotAligned { local, reason: e.to_string(), diverged });
     }
     let applied = db.query_string("SELECT @@GLOBAL.gtid_slave_pos").await?;
