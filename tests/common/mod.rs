@@ -203,14 +203,10 @@ impl Cluster {
     /// [`Cluster::sql_via`] with the statements read from `script` (the client's standard input), for statements
     /// longer than one command-line argument may be.
     pub fn sql_script_via(&self, id: u64, which: &str, script: &Path, timeout: Duration) -> Result<String, String> {
-        let (host, port) = self.endpoint(id, which);
         let stdin = std::fs::File::open(script).map_err(|e| format!("{}: {e}", script.display()))?;
-        let out = command(&self.netns, "timeout")
-            .arg(format!("{}", timeout.as_secs_f64()))
-            .args(["mariadb", "-N", "-B", "--protocol=tcp", "--skip-ssl", "-uapp", "--max-allowed-packet=64M"])
-            .arg(format!("-h{host}"))
-            .arg(format!("-P{port}"))
-            .arg("app")
+        let out = self
+            .client_command(id, which, timeout)
+            .args(["-uapp", "--max-allowed-packet=64M", "app"])
             .env("MYSQL_PWD", self.password())
             .stdin(stdin)
             .output()
@@ -235,6 +231,12 @@ impl Cluster {
         sql: &str,
         timeout: Duration,
     ) -> Result<String, String> {
+        run_cli(self.client_command(id, which, timeout), account, database, sql)
+    }
+
+    /// The `mariadb` client (batch mode, within `timeout`) pointed at node `id`'s endpoint `which`, inside the
+    /// cluster's namespace if it has one; account and SQL are the caller's to add.
+    fn client_command(&self, id: u64, which: &str, timeout: Duration) -> Command {
         let mut cmd = command(&self.netns, "timeout");
         cmd.arg(format!("{}", timeout.as_secs_f64())).args(["mariadb", "-N", "-B"]);
         if which == "mariadb" {
@@ -244,7 +246,7 @@ impl Cluster {
             let (host, port) = self.endpoint(id, which.strip_suffix("_tcp").unwrap_or(which));
             cmd.args(["--protocol=tcp", "--skip-ssl"]).arg(format!("-h{host}")).arg(format!("-P{port}"));
         }
-        run_cli(cmd, account, database, sql)
+        cmd
     }
 
     /// `sql` through node `id`'s TCP endpoint `which` over TLS that verifies the node's certificate against the

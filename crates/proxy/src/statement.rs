@@ -338,7 +338,7 @@ fn judge_in(sql: &[u8], mode: LexMode, node_accounts: &BTreeSet<String>) -> Verd
     let (tokens, spans) = lex_spanned(sql, mode);
     // Dynamic SQL first: its text is hidden from the KILL check below. A literal source is judged here; a source
     // built at run time is wrapped so that the server checks the text it built before running it
-    // ([`guard_dynamic_source`]).
+    // ([`guard_dynamic_sources`]).
     let mut guarded = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
         let (source_at, execute) = if is_word(Some(t), b"prepare") && is_word(tokens.get(i + 2), b"from") {
