@@ -1,4 +1,4 @@
-//! `paxsql cluster up|down|status`: a complete local cluster in one directory — real mariadbd servers, real nodes —
+//! `paxsql cluster up|down|status|switchover`: a complete local cluster in one directory — real mariadbd servers, real nodes —
 //! for trying paxsql out and for the cluster tests.
 //!
 //! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), `tls/` (CA and certificates, keys
@@ -54,6 +54,13 @@ pub enum ClusterCommand {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Move the master role to another node of the cluster in `--dir` while clients write.
+    Switchover {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        how: crate::SwitchoverArgs,
+    },
     /// Show the cluster in `--dir`.
     Status {
         #[arg(long)]
@@ -75,6 +82,7 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
         }
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
+        ClusterCommand::Switchover { dir, how } => switchover(&dir, &how),
     }
 }
 
@@ -578,6 +586,16 @@ fn down(dir: &Path) -> anyhow::Result<()> {
         eprintln!("node {} stopped", n.id);
     }
     Ok(())
+}
+
+/// The same switchover as `paxsql switchover`, addressed from the cluster's files: every node's peer port, the
+/// cluster secret, and the operator's certificate when the peers run TLS.
+fn switchover(dir: &Path, how: &crate::SwitchoverArgs) -> anyhow::Result<()> {
+    let file = load(dir)?;
+    let peers: Vec<String> = file.nodes.iter().map(|n| format!("{}:{}", n.host, n.peer_port)).collect();
+    let auth = crate::status::cluster_auth(&file.cluster_id, &dir.join("secrets/cluster.secret"))?;
+    let tls = file.tls.then(|| ClusterPki::at(&dir.join("tls")).tls("operator"));
+    crate::switchover::run(&peers, &auth, tls.as_ref(), &how.request())
 }
 
 fn status(dir: &Path, json: bool) -> anyhow::Result<()> {

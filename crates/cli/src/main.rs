@@ -3,6 +3,7 @@
 mod cluster;
 mod pki;
 mod status;
+mod switchover;
 mod watch;
 
 use std::path::PathBuf;
@@ -29,24 +30,18 @@ enum Command {
     },
     /// Ask running nodes for their status over their authenticated admin endpoint (the peer port).
     Status {
-        /// Peer addresses (host:port), comma-separated.
-        #[arg(long, value_delimiter = ',', required = true)]
-        peers: Vec<String>,
-        #[arg(long)]
-        cluster_id: String,
-        /// File holding the cluster secret.
-        #[arg(long)]
-        secret_file: PathBuf,
-        /// CA of a cluster whose peer ports run mutual TLS (with --tls-cert and --tls-key; `cluster up` makes
-        /// `tls/ca.pem` and the operator's `tls/operator.pem`/`.key`).
-        #[arg(long, requires_all = ["tls_cert", "tls_key"])]
-        tls_ca: Option<PathBuf>,
-        #[arg(long, requires = "tls_ca")]
-        tls_cert: Option<PathBuf>,
-        #[arg(long, requires = "tls_ca")]
-        tls_key: Option<PathBuf>,
+        #[command(flatten)]
+        cluster: ClusterAddress,
         #[arg(long)]
         json: bool,
+    },
+    /// Move the master role to another member while clients write: the master drains its database and names its
+    /// successor in the log; clients' connections to the old master are closed, none of their writes lost.
+    Switchover {
+        #[command(flatten)]
+        cluster: ClusterAddress,
+        #[command(flatten)]
+        how: SwitchoverArgs,
     },
     /// Follow the cluster's master and publish it to files, commands or webhooks (a naming-service updater).
     Watch {
@@ -63,19 +58,81 @@ enum Command {
     },
 }
 
+/// How to reach a cluster's nodes' admin endpoints (their peer ports) from anywhere.
+#[derive(clap::Args)]
+struct ClusterAddress {
+    /// Peer addresses (host:port), comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+    #[arg(long)]
+    cluster_id: String,
+    /// File holding the cluster secret.
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// CA of a cluster whose peer ports run mutual TLS (with --tls-cert and --tls-key; `cluster up` makes
+    /// `tls/ca.pem` and the operator's `tls/operator.pem`/`.key`).
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    #[arg(long, requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
+}
+
+impl ClusterAddress {
+    fn tls(&self) -> Option<paxsql_peer_transport::TlsConfig> {
+        match (&self.tls_ca, &self.tls_cert, &self.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => {
+                Some(paxsql_peer_transport::TlsConfig { cert: cert.clone(), key: key.clone(), ca: ca.clone() })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What `switchover` and `cluster switchover` take besides the cluster's address.
+#[derive(clap::Args)]
+pub struct SwitchoverArgs {
+    /// The node to hand the master role to; default: the most caught-up member.
+    #[arg(long)]
+    to: Option<u64>,
+    /// Refuse a named successor further behind the global log than this many transactions.
+    #[arg(long, default_value_t = 1000)]
+    max_lag: u64,
+    /// Seconds the drain may wait for running statements before the switchover is abandoned (the master keeps
+    /// serving).
+    #[arg(long, default_value_t = 5)]
+    drain_timeout: u64,
+    /// Seconds to follow the hand-over (successor serving, old master a replica again).
+    #[arg(long, default_value_t = 60)]
+    wait: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+impl SwitchoverArgs {
+    fn request(&self) -> switchover::Switchover {
+        switchover::Switchover {
+            to: self.to,
+            max_lag: self.max_lag,
+            drain_timeout: std::time::Duration::from_secs(self.drain_timeout.max(1)),
+            wait: std::time::Duration::from_secs(self.wait),
+            json: self.json,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Node { config, check_config } => run_node(config, check_config),
         Command::Cluster { command } => cluster::run(command),
         Command::Watch { config, check_config } => watch::run(&config, check_config),
-        Command::Status { peers, cluster_id, secret_file, tls_ca, tls_cert, tls_key, json } => {
-            let tls = match (tls_ca, tls_cert, tls_key) {
-                (Some(ca), Some(cert), Some(key)) => Some(paxsql_peer_transport::TlsConfig { cert, key, ca }),
-                _ => None,
-            };
-            status::run(&peers, &cluster_id, &secret_file, tls.as_ref(), json)
+        Command::Status { cluster, json } => {
+            status::run(&cluster.peers, &cluster.cluster_id, &cluster.secret_file, cluster.tls().as_ref(), json)
         }
+        Command::Switchover { cluster, how } => status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)
+            .and_then(|auth| switchover::run(&cluster.peers, &auth, cluster.tls().as_ref(), &how.request())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,9 +16,7 @@ pub fn run(
     tls: Option<&TlsConfig>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let secret = std::fs::read_to_string(secret_file)
-        .with_context(|| format!("cannot read the cluster secret from {}", secret_file.display()))?;
-    let auth = ClusterAuth::new(cluster_id, &ClusterSecret::new(secret.trim_end_matches(['\n', '\r'])))?;
+    let auth = cluster_auth(cluster_id, secret_file)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let replies: Vec<(String, Result<StatusReply, String>)> = rt.block_on(async {
         let mut out = Vec::new();
@@ -74,7 +72,11 @@ pub fn run(
     Ok(())
 }
 
-async fn ask(peer: String, auth: &ClusterAuth, tls: Option<&TlsConfig>) -> (String, Result<StatusReply, String>) {
+pub(crate) async fn ask(
+    peer: String,
+    auth: &ClusterAuth,
+    tls: Option<&TlsConfig>,
+) -> (String, Result<StatusReply, String>) {
     let result = async {
         // The node is not known before it answers: its certificate must carry the address dialled.
         let endpoint = peer_endpoint(tls, None, &peer).map_err(|e| e.to_string())?;
@@ -93,4 +95,11 @@ async fn ask(peer: String, auth: &ClusterAuth, tls: Option<&TlsConfig>) -> (Stri
     }
     .await;
     (peer, result)
+}
+
+/// The credentials every admin call carries: the cluster id and the secret read from its file.
+pub(crate) fn cluster_auth(cluster_id: &str, secret_file: &Path) -> anyhow::Result<ClusterAuth> {
+    let secret = std::fs::read_to_string(secret_file)
+        .with_context(|| format!("cannot read the cluster secret from {}", secret_file.display()))?;
+    Ok(ClusterAuth::new(cluster_id, &ClusterSecret::new(secret.trim_end_matches(['\n', '\r'])))?)
 }

@@ -148,6 +148,8 @@ pub enum GlobalLogError {
          ({limit} bytes); it is not acknowledged"
     )]
     TransactionTooLarge { domain_id: u32, server_id: u32, seq: u64, bytes: usize, limit: usize },
+    #[error("no member can take the master role over: {0}")]
+    NoSuccessor(String),
     #[error(transparent)]
     Propose(#[from] ProposeError),
 }
@@ -402,10 +404,35 @@ impl GlobalLogNode {
     /// proposal cannot be made, this is [`Self::resign`]. A successor that cannot serve ignores the hand-over, and
     /// the others stand for election as after any change of master.
     pub fn hand_over(&mut self) -> Option<NodeId> {
-        let Ok(master_version) = self.require_master() else {
-            self.resign();
-            return None;
-        };
+        match self.propose_hand_over(None) {
+            Ok(successor) => Some(successor),
+            Err(_) => {
+                self.resign();
+                None
+            }
+        }
+    }
+
+    /// An operator's switchover: hands the master role to `to` (or to the most caught-up live member) through
+    /// the log, as [`Self::hand_over`] does, while this master is healthy. The caller has drained its database
+    /// first (no commit waits for an ACK and everything written is in the log), so the successor, once it has
+    /// applied the log, holds everything the old master acknowledged. A refusal changes nothing: this node keeps
+    /// its term and its lease.
+    pub fn switch_over(&mut self, to: Option<NodeId>) -> Result<NodeId, GlobalLogError> {
+        if let Some(to) = to {
+            if to == self.id() {
+                return Err(GlobalLogError::NoSuccessor(format!("node {to} is the master already")));
+            }
+            if !self.state.membership.contains(to) {
+                return Err(GlobalLogError::NoSuccessor(format!("node {to} is not a member")));
+            }
+        }
+        self.propose_hand_over(to)
+    }
+
+    /// Proposes the hand-over to `to` (or the most caught-up member whose status is fresh) and stops serving.
+    fn propose_hand_over(&mut self, to: Option<NodeId>) -> Result<NodeId, GlobalLogError> {
+        let master_version = self.require_master()?;
         let me = self.id();
         let fresh = 5 * self.cfg.status_interval_ms.max(1);
         let successor = self
@@ -414,24 +441,23 @@ impl GlobalLogNode {
             .members
             .iter()
             .copied()
-            .filter(|m| *m != me)
+            .filter(|m| *m != me && to.is_none_or(|to| to == *m))
             .filter_map(|m| self.peers.get(&m).filter(|p| self.now.saturating_sub(p.at) <= fresh).map(|p| (m, p)))
             .max_by_key(|(m, p)| (p.progress, std::cmp::Reverse(*m)))
             .map(|(m, _)| m);
         let Some(successor) = successor else {
-            self.resign();
-            return None;
+            return Err(GlobalLogError::NoSuccessor(match to {
+                Some(to) => format!("no status from node {to} in the last {fresh} ms"),
+                None => format!("no other member sent its status in the last {fresh} ms"),
+            }));
         };
         let cmd = Command::HandOver { master_version, new_master: successor };
-        if self.paxos.propose(cmd.encode()).is_err() {
-            self.resign();
-            return None;
-        }
+        self.paxos.propose(cmd.encode())?;
         // Serve no more, from now on; but stay the Paxos leader until the hand-over is chosen (stepping down
         // drops the queue it waits in).
         self.stop_serving();
         self.handing_over_since = Some(self.now);
-        Some(successor)
+        Ok(successor)
     }
 
     /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from.

@@ -51,6 +51,12 @@ pub enum Input {
     SetEligible(bool),
     /// Give up the master role (the local database failed), naming a successor ([`GlobalLogNode::hand_over`]).
     HandOver,
+    /// An operator's switchover, once the local database is drained ([`GlobalLogNode::switch_over`]): the
+    /// successor named in the log, or why not (the term goes on).
+    SwitchOver {
+        to: Option<NodeId>,
+        reply: oneshot::Sender<Result<NodeId, GlobalLogError>>,
+    },
     Shutdown,
 }
 
@@ -267,6 +273,15 @@ impl Driver {
                 Some(successor) => tracing::warn!(successor, "handing the master role over"),
                 None => tracing::warn!("resigning the master role (no live successor to hand it to)"),
             },
+            Input::SwitchOver { to, reply } => {
+                self.node.tick(now);
+                let result = self.node.switch_over(to);
+                match &result {
+                    Ok(successor) => tracing::info!(successor, "switchover: handing the master role over"),
+                    Err(e) => tracing::warn!(error = %e, "switchover refused"),
+                }
+                let _ = reply.send(result);
+            }
             Input::Shutdown => return false,
         }
         true

@@ -4,7 +4,8 @@
 //! [`paxsql_global_log::GlobalLogNode`] over the raft-engine store and the peer transport — in a tokio task,
 //! doing the disk and network work its outputs ask for, in the order they require. [`roles`] keeps the local
 //! mariadbd in the role the log gives it, and [`rebuild`] replaces its data from a healthy member when it diverged.
-//! [`dir_lock`] keeps a second node process off a data directory.
+//! [`switchover`] moves the master role to another member on an operator's request. [`dir_lock`] keeps a second
+//! node process off a data directory.
 
 pub mod config;
 pub mod dir_lock;
@@ -13,3 +14,4 @@ pub mod mariadb;
 pub mod rebuild;
 pub mod roles;
 pub mod runtime;
+pub mod switchover;

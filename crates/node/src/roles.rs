@@ -21,6 +21,7 @@ use crate::config::MariaDbConfig;
 use crate::driver::{offer, AppliedSink, Input, NodeStatus};
 use crate::mariadb::{LocalMariaDb, MariaDbError};
 use crate::rebuild::{self, Donors, RebuildProgress};
+use crate::switchover::{self, SwitchoverError, SwitchoverRequest};
 
 /// Feeds the served binlog (the copy of the global log replicas are served from) with every applied effect.
 pub struct ServedBinlogFeed(pub Arc<ServedBinlog>);
@@ -129,8 +130,13 @@ pub type ServingTerm = watch::Receiver<Option<u64>>;
 /// database can serve takes over instead of the cluster staying without a master.
 const PROMOTION_PATIENCE: Duration = Duration::from_secs(3);
 
-/// Runs the role controller until `shutdown` flips.
-pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>, serving: watch::Sender<Option<u64>>) {
+/// Runs the role controller until `shutdown` flips. Switchovers an operator asks for arrive on `switchovers`.
+pub async fn run(
+    ctx: Arc<RoleContext>,
+    mut status: watch::Receiver<NodeStatus>,
+    serving: watch::Sender<Option<u64>>,
+    mut switchovers: mpsc::Receiver<SwitchoverRequest>,
+) {
     let mut current = Current::Down;
     let mut capture: Option<(tokio::task::JoinHandle<()>, watch::Receiver<bool>)> = None;
     let mut eligible = None;
@@ -278,10 +284,43 @@ pub async fn run(ctx: Arc<RoleContext>, mut status: watch::Receiver<NodeStatus>,
                 None => std::future::pending::<()>().await,
             }
         };
-        tokio::select! {
-            r = status.changed() => if r.is_err() { return },
-            _ = capture_stopped => {}
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        let asked = tokio::select! {
+            r = status.changed() => if r.is_err() { return } else { None },
+            _ = capture_stopped => None,
+            request = switchovers.recv() => request,
+            _ = tokio::time::sleep(Duration::from_millis(200)) => None,
+        };
+        if let Some(request) = asked {
+            let st = status.borrow().clone();
+            let result = match current {
+                _ if Instant::now() > request.deadline => Err(SwitchoverError::Busy),
+                Current::Master(v) if v == st.master_version && st.holds_lease && !capture_failed => {
+                    match switchover::drain_and_hand_over(&ctx, v, request.to, request.drain_timeout).await {
+                        Ok((done, lock)) => {
+                            // The term is over: kill the server (the lock goes with it; the statements it held back
+                            // never ran) and let it restart as a replica of the successor. First a moment for the
+                            // OKs of the last commits, sent before the lock was granted, to cross the proxies and
+                            // relays that the demotion cuts: their clients then know they committed. Nothing can
+                            // commit meanwhile (the lock; and without a term no ACK), and the successor does not
+                            // wait for this.
+                            tokio::time::sleep(SWITCHOVER_GRACE).await;
+                            demote(&ctx, &mut capture, &serving).await;
+                            drop(lock);
+                            current = Current::Down;
+                            tracing::info!(
+                                successor = done.successor,
+                                drained = %done.drained_gtid,
+                                drain_ms = done.drain.as_millis() as u64,
+                                "switchover: the master role is handed over"
+                            );
+                            Ok(done)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                _ => Err(SwitchoverError::NotMaster { master: st.master_id, master_version: st.master_version }),
+            };
+            let _ = request.reply.send(result);
         }
     }
 }
@@ -384,6 +423,10 @@ async fn promote(
     db.exec(&["SET GLOBAL require_secure_transport = OFF", "SET GLOBAL read_only = OFF"]).await?;
     Ok((handle, failed_rx))
 }
+
+/// After a switchover's hand-over is proposed, how long the old master waits before it cuts its clients' connections
+/// (see the switchover branch of [`run`]).
+const SWITCHOVER_GRACE: Duration = Duration::from_millis(200);
 
 /// How often the master's semi-sync settings and counters are read back.
 const GUARANTEE_CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -557,7 +600,7 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
 
 /// Hands an input to the driver without blocking the runtime; waits while the inbox is full (back-pressure on
 /// the capture, which is what makes MariaDB's committers wait).
-async fn send_input(inbox: &SyncSender<Input>, mut input: Input) -> Result<(), ()> {
+pub(crate) async fn send_input(inbox: &SyncSender<Input>, mut input: Input) -> Result<(), ()> {
     loop {
         match inbox.try_send(input) {
             Ok(()) => return Ok(()),

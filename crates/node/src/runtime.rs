@@ -11,7 +11,10 @@ use std::time::Duration;
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
 use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
-use paxsql_peer_transport::pb::{BackupChunk, BackupRequest, ServingReply, ServingRequest, StatusReply, StatusRequest};
+use paxsql_peer_transport::pb::{
+    BackupChunk, BackupRequest, ServingReply, ServingRequest, StatusReply, StatusRequest, SwitchoverReply,
+    SwitchoverRequest,
+};
 use paxsql_peer_transport::{
     ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, TransportConfig,
 };
@@ -128,7 +131,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     // Which term (if any) the local mariadbd serves as master: set by the role controller after a promotion and
     // cleared before a demotion kills mariadbd.
     let (serving_tx, serving) = watch::channel(None);
-    let admin_service = AdminService { status: admin_status, donor: donor_slot, serving: serving.clone() };
+    // Operators' switchovers, carried out by the role controller (it owns the local database).
+    let (switchover_tx, switchover_rx) = tokio::sync::mpsc::channel(4);
+    let admin_service =
+        AdminService { status: admin_status, donor: donor_slot, serving: serving.clone(), switchover: switchover_tx };
     let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
     // Relays too: the other members' RW ports reach this node's mariadbd through this port while it is master.
     let also = PeerPortServices { routes: Some(routes), relays: true };
@@ -321,7 +327,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         }));
     }
 
-    let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx));
+    let roles_task = tokio::spawn(roles::run(ctx.clone(), handle.status.clone(), serving_tx, switchover_rx));
     let status_path = cfg.data_dir.join("status.json");
     let endpoints = Endpoints {
         host: repl_addr.ip().to_string(),
@@ -541,10 +547,60 @@ struct AdminService {
     status: watch::Receiver<StatusReply>,
     donor: watch::Receiver<Option<(Arc<BackupDonor>, watch::Receiver<LocalRole>)>>,
     serving: watch::Receiver<Option<u64>>,
+    switchover: tokio::sync::mpsc::Sender<crate::switchover::SwitchoverRequest>,
 }
 
 #[tonic::async_trait]
 impl Admin for AdminService {
+    async fn switchover(
+        &self,
+        request: tonic::Request<SwitchoverRequest>,
+    ) -> Result<tonic::Response<SwitchoverReply>, tonic::Status> {
+        use crate::switchover::{SwitchoverError, SwitchoverRequest as Asked};
+        // An operator's tool (or, without TLS, whoever holds the cluster secret); never another member's link.
+        if let Some(paxsql_peer_transport::identity::PeerIdentity::Member(id)) =
+            paxsql_peer_transport::identity::caller(&request)
+        {
+            tracing::warn!(caller = id, "refused a switchover asked with a member's certificate");
+            return Err(tonic::Status::permission_denied("a switchover is asked with the operator's certificate"));
+        }
+        let req = request.into_inner();
+        if self.serving.borrow().is_none() {
+            let st = self.status.borrow();
+            return Err(tonic::Status::failed_precondition(format!(
+                "node {} does not serve as master; it sees node {} as master (term {})",
+                st.node_id, st.master_id, st.master_version
+            )));
+        }
+        let drain_timeout =
+            Duration::from_millis(if req.drain_timeout_ms == 0 { 5_000 } else { req.drain_timeout_ms.min(600_000) });
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let asked = Asked {
+            to: Some(req.to).filter(|t| *t != 0),
+            drain_timeout,
+            deadline: std::time::Instant::now() + Duration::from_secs(2),
+            reply,
+        };
+        if self.switchover.try_send(asked).is_err() {
+            return Err(tonic::Status::unavailable("another switchover is under way"));
+        }
+        let done = match tokio::time::timeout(drain_timeout + Duration::from_secs(10), answer).await {
+            Ok(Ok(Ok(done))) => done,
+            Ok(Ok(Err(e @ SwitchoverError::NotMaster { .. }))) => {
+                return Err(tonic::Status::failed_precondition(e.to_string()))
+            }
+            Ok(Ok(Err(e))) => return Err(tonic::Status::aborted(e.to_string())),
+            Ok(Err(_)) => return Err(tonic::Status::unavailable("the node is stopping")),
+            Err(_) => return Err(tonic::Status::deadline_exceeded("no answer from the role controller")),
+        };
+        Ok(tonic::Response::new(SwitchoverReply {
+            successor: done.successor,
+            master_version: done.master_version,
+            drained_gtid: done.drained_gtid,
+            drain_ms: done.drain.as_millis() as u64,
+        }))
+    }
+
     async fn status(&self, _: tonic::Request<StatusRequest>) -> Result<tonic::Response<StatusReply>, tonic::Status> {
         Ok(tonic::Response::new(self.status.borrow().clone()))
     }

@@ -270,6 +270,12 @@ impl pb::admin_server::Admin for StatusOnly {
     ) -> Result<tonic::Response<Self::BackupStream>, tonic::Status> {
         Err(tonic::Status::failed_precondition("no copy here"))
     }
+    async fn switchover(
+        &self,
+        _: tonic::Request<pb::SwitchoverRequest>,
+    ) -> Result<tonic::Response<pb::SwitchoverReply>, tonic::Status> {
+        Err(tonic::Status::failed_precondition("not the master"))
+    }
 }
 
 fn envelopes(items: Vec<pb::PeerEnvelope>) -> impl futures_util::Stream<Item = pb::PeerEnvelope> {

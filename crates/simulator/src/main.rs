@@ -75,7 +75,8 @@ fn main() -> ExitCode {
     let t = &report.totals;
     println!(
         "faults injected: {} crashes, {} partitions, {} membership changes, {} rebuilds; {} masters elected ({} \
-         gave up a term whose binlog proposal was lost, {} terms handed to a named successor), {} catch-ups \
+         gave up a term whose binlog proposal was lost, {} terms handed to a named successor, {} switchovers \
+         proposed), {} catch-ups \
          served from storage, {} instances chosen, {} writes acknowledged; slowest recovery after healing {} ms",
         t.crashes,
         t.partitions,
@@ -84,6 +85,7 @@ fn main() -> ExitCode {
         t.masters,
         t.terms_given_up,
         t.hand_overs,
+        t.switchovers,
         t.storage_catch_ups,
         t.chosen,
         t.acked,

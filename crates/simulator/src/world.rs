@@ -16,16 +16,24 @@ const TICK_MS: u64 = 10;
 const CLIENT_EVERY_MS: u64 = 15;
 /// Hard cap on processed events: a run that needs more is reported, never left spinning.
 const MAX_EVENTS: u64 = 3_000_000;
+/// Mean time between two switchovers an operator asks for, during the fault phase.
+const SWITCHOVER_EVERY_MS: u64 = 1_500;
 
 #[derive(Debug)]
 enum Event {
     Tick(NodeId),
     Client,
     Deliver(PeerMessage),
-    SyncDone { node: NodeId, incarnation: u64, messages: Vec<PeerMessage> },
+    SyncDone {
+        node: NodeId,
+        incarnation: u64,
+        messages: Vec<PeerMessage>,
+    },
     Chaos,
     Restart(NodeId),
     Heal,
+    /// An operator asks the lease holder to hand its term to another member.
+    Switchover,
 }
 
 struct SimNode {
@@ -55,6 +63,8 @@ pub struct Stats {
     pub terms_given_up: u64,
     /// Terms a master handed to a successor it named (chosen in the log).
     pub hand_overs: u64,
+    /// Switchovers an operator asked of a lease holder that it proposed (the hand-over may still be lost).
+    pub switchovers: u64,
     /// Catch-ups served from storage (the member was behind the chosen values its peer holds in memory).
     pub storage_catch_ups: u64,
     pub sim_ms: u64,
@@ -74,6 +84,7 @@ impl Stats {
         self.rebuilds += o.rebuilds;
         self.terms_given_up += o.terms_given_up;
         self.hand_overs += o.hand_overs;
+        self.switchovers += o.switchovers;
         self.storage_catch_ups += o.storage_catch_ups;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
@@ -93,6 +104,9 @@ pub struct Outcome {
 pub struct Simulation {
     plan: FaultPlan,
     rng: ChaCha8Rng,
+    /// Drives the operator's switchovers on a stream of its own, so that the faults a seed injected before
+    /// switchovers existed stay the same faults (regression seeds keep their meaning).
+    operator_rng: ChaCha8Rng,
     now: u64,
     seq: u64,
     events: BTreeMap<(u64, u64), Event>,
@@ -132,9 +146,11 @@ impl Simulation {
             );
         }
         let loss = plan.loss;
+        let operator_rng = ChaCha8Rng::seed_from_u64(plan.seed ^ 0x7377_6974_6368_6f76);
         let mut sim = Simulation {
             plan,
             rng,
+            operator_rng,
             now: 0,
             seq: 0,
             events: BTreeMap::new(),
@@ -157,6 +173,8 @@ impl Simulation {
         let first_chaos = sim.rng.gen_range(0..sim.plan.chaos_every_ms * 2);
         sim.schedule(first_chaos, Event::Chaos);
         sim.schedule(sim.plan.fault_phase_ms, Event::Heal);
+        let first_switchover = sim.operator_rng.gen_range(500..SWITCHOVER_EVERY_MS * 2);
+        sim.schedule(first_switchover, Event::Switchover);
         sim
     }
 
@@ -303,6 +321,14 @@ impl Simulation {
             Event::Restart(id) => {
                 if self.nodes.get(&id).is_some_and(|n| n.node.is_none()) {
                     self.start_node(id);
+                }
+                Ok(())
+            }
+            Event::Switchover => {
+                if self.healed_at.is_none() {
+                    self.switchover()?;
+                    let next = self.operator_rng.gen_range(1..SWITCHOVER_EVERY_MS * 2);
+                    self.schedule(next, Event::Switchover);
                 }
                 Ok(())
             }
@@ -585,6 +611,41 @@ impl Simulation {
             5 if self.plan.membership_changes => self.reconfigure(&ids),
             _ => {}
         }
+    }
+
+    /// The lease holder (if any) is asked to hand its term to a random member (sometimes a non-member, or
+    /// itself, which it must refuse) or to the best one it sees. The daemon drains its database first; here the
+    /// client's proposals in flight are exactly what the drain does not cover, so the checker sees whether a
+    /// switchover can lose or reorder an acknowledged write.
+    fn switchover(&mut self) -> Result<(), Violation> {
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let master = ids.iter().copied().find(|id| {
+            let now = self.local_time(*id);
+            self.nodes[id].node.as_ref().is_some_and(|n| n.holds_lease(now))
+        });
+        let Some(master) = master else { return Ok(()) };
+        let to =
+            if self.operator_rng.gen_bool(0.3) { None } else { Some(ids[self.operator_rng.gen_range(0..ids.len())]) };
+        let now = self.local_time(master);
+        let Some(node) = self.nodes.get_mut(&master).and_then(|n| n.node.as_mut()) else { return Ok(()) };
+        let result = node.switch_over(to);
+        let still_holds = node.holds_lease(now);
+        self.log(|| format!("operator: switchover of node {master} to {to:?}: {result:?}"));
+        match &result {
+            // Once the hand-over is proposed the old master serves no more: its lease ends at once.
+            Ok(_) if still_holds => {
+                let detail = format!("node {master} still holds its lease after proposing a switchover");
+                return Err(self.violation("a switchover ends the old master's lease", detail));
+            }
+            Ok(_) => self.stats.switchovers += 1,
+            // A refusal changes nothing: the master keeps serving.
+            Err(e) if !still_holds => {
+                let detail = format!("node {master} lost its lease by refusing a switchover ({e})");
+                return Err(self.violation("a refused switchover changes nothing", detail));
+            }
+            Err(_) => {}
+        }
+        self.process_ready(master)
     }
 
     fn reconfigure(&mut self, ids: &[NodeId]) {

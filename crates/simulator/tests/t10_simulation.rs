@@ -31,6 +31,7 @@ fn seed_sweep_finds_no_violation() {
     assert!(t.rebuilds > 0, "no member was ever rebuilt from a snapshot");
     assert!(t.terms_given_up > 0, "no master ever lost a binlog proposal (the path that gives its term up)");
     assert!(t.hand_overs > 0, "no master ever handed its term to a successor");
+    assert!(t.switchovers > seeds / 4, "switchovers: {}", t.switchovers);
     assert!(t.masters >= seeds as usize, "every seed elects at least one master");
     assert!(t.acked > seeds as usize * 10, "acknowledged writes: {}", t.acked);
 }
