@@ -126,7 +126,8 @@ fn peers_run_mutual_tls_and_no_member_speaks_for_another() {
                 .expect("endpoint");
             let mut admin =
                 paxsql_peer_transport::pb::admin_client::AdminClient::new(ep.connect().await.expect("connect"));
-            let mut req = tonic::Request::new(paxsql_peer_transport::pb::BackupRequest { requester });
+            let mut req =
+                tonic::Request::new(paxsql_peer_transport::pb::BackupRequest { requester, from_master: false });
             secret_auth.attach(&mut req);
             let status =
                 admin.backup(req).await.err().unwrap_or_else(|| panic!("{who} certificate got a database copy"));

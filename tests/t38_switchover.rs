@@ -1,7 +1,7 @@
 //! Switchover while clients write (issue 14, item 1), on a real three-node cluster: one writer per node's RW port
 //! (the client library, autocommit INSERTs with unique ids) while `paxsql cluster switchover` moves the master
 //! three times — to a named node, to the next named node, and to whichever member the master finds most caught
-//! up.
+//! up — and then `paxsql cluster restart` restarts every node, one at a time, the master last after a switchover.
 //!
 //! Checked: each switchover ends with the named node (or a member) serving a later term and the old master a
 //! replica again; no writer ever gets an error other than an unknown outcome on the statement in flight when its
@@ -140,6 +140,31 @@ fn switchover_moves_the_master_while_clients_write() {
         eprintln!("switchover {}: writes paused for at most {pause:?}", step + 1);
         pauses.push(pause);
     }
+    eprintln!("phase: rolling restart while the writers go on");
+    let (m, term) = c.master_term().expect("a master serves");
+    let out = Command::new(paxsql())
+        .args(["cluster", "restart", "--json", "--dir"])
+        .arg(c.dir.path())
+        .output()
+        .expect("run paxsql cluster restart");
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "rolling restart failed: {text}\n{}", c.logs());
+    eprintln!("{text}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("restart --json");
+    let order: Vec<u64> =
+        json["restarted"].as_array().map(|a| a.iter().filter_map(|r| r["node"].as_u64()).collect()).unwrap_or_default();
+    assert_eq!(order.len(), 3, "every node restarted: {json}");
+    assert_eq!(order.last(), Some(&m), "the master restarted last: {json}");
+    let (m2, term2) = c.master_term().expect("a master serves after the restart");
+    assert!(m2 != m && term2 > term, "the master moved to a restarted replica: {m} -> {m2}, {term} -> {term2}");
+    for id in 1..=3 {
+        let pid = c.status()["nodes"][(id - 1) as usize]["pids"]["node"].as_u64();
+        assert!(pid.is_some(), "node {id} runs after the restart");
+    }
+    let before = committed();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(committed() > before, "writes stopped after the rolling restart\n{}", c.logs());
+
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         rt.block_on(w).expect("writer task");
@@ -163,8 +188,9 @@ fn switchover_moves_the_master_while_clients_write() {
         failed.len()
     );
     assert!(failed.is_empty(), "writers got errors: {failed:?}\n{}", c.logs());
-    // One statement in flight per writer per switchover at most: the one its closed connection carried.
-    assert!(unknown.len() <= 3 * 3, "more unknown outcomes than statements in flight: {unknown:?}");
+    // One statement in flight per writer per event at most (3 switchovers, then 3 node restarts and the
+    // rolling restart's switchover): the one its closed connection carried.
+    assert!(unknown.len() <= 3 * 7, "more unknown outcomes than statements in flight: {unknown:?}");
     assert!(pauses.iter().all(|p| *p < Duration::from_secs(10)), "a switchover stalled the writers: {pauses:?}");
 
     eprintln!("phase: every committed write on every node, checksums equal");

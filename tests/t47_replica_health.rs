@@ -43,15 +43,22 @@ fn checksums_equal(c: &Cluster, nodes: &[u64]) {
     }
 }
 
-#[test]
-fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
-    let c = Cluster::up(3, 27600);
+/// Table `t` with one row of the log's on every node; returns the master and the replicas.
+fn with_table_t(c: &Cluster) -> (u64, Vec<u64>) {
     let all = [1, 2, 3];
     let m = c.wait_master(None, Duration::from_secs(30));
     let replicas: Vec<u64> = all.into_iter().filter(|n| *n != m).collect();
     c.sql_via(m, "proxy_rw", "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR(64))", T).expect("create");
     c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (1, 'log')", T).expect("insert");
     c.wait_all(&all, "SELECT COUNT(*) FROM t", "1", Duration::from_secs(30));
+    (m, replicas)
+}
+
+#[test]
+fn a_replica_holding_what_the_log_does_not_is_caught_refused_and_rebuilt() {
+    let c = Cluster::up(3, 27600);
+    let all = [1, 2, 3];
+    let (m, replicas) = with_table_t(&c);
     for &r in &replicas {
         wait_database(&c, r, Duration::from_secs(10), "serving as replica", |s, _| s == "replica");
     }
@@ -336,4 +343,60 @@ fn only_the_masters_mariadbd_takes_logins_over_tcp_across_a_failover() {
     for &n in all.iter().filter(|n| **n != m2) {
         assert!(tcp_login(&c, n, dba).is_err(), "node {n} is not the master and took a TCP login");
     }
+}
+
+/// MariaDB 10.11 writes `RENAME TABLE` of a temporary table to the binlog, and no replica can apply it (1146):
+/// found by MariaDB's own `main.backup_log` run through the RW port, which stopped both replicas at once. The proxy
+/// refuses it (both ports); done on the master's socket, past the proxy, both replicas stop, no replica can give a
+/// copy, and the master gives one as the last resort: both are rebuilt and serve again with equal checksums.
+#[test]
+fn replicas_that_all_stop_at_one_transaction_are_rebuilt_from_the_master() {
+    let c = Cluster::up(3, 28700);
+    let all = [1, 2, 3];
+    let (m, replicas) = with_table_t(&c);
+
+    eprintln!("phase: RENAME TABLE of a temporary table is refused through the RW and RO ports");
+    let rename = "CREATE TEMPORARY TABLE tmp1 (a INT); RENAME TABLE tmp1 TO tmp2";
+    for (id, port) in [(m, "proxy_rw"), (replicas[0], "proxy_rw"), (replicas[1], "proxy_ro")] {
+        let refused = c.sql_via(id, port, rename, T);
+        assert!(
+            refused.as_ref().is_err_and(|e| e.contains("1235") && e.contains("temporary table")),
+            "node {id} {port}: {refused:?}"
+        );
+    }
+    // ALTER TABLE … RENAME of a temporary table is not logged, and passes.
+    c.sql_via(
+        m,
+        "proxy_rw",
+        "CREATE TEMPORARY TABLE tmp1 (a INT); ALTER TABLE tmp1 RENAME TO tmp2; DROP TABLE tmp2",
+        T,
+    )
+    .expect("ALTER TABLE … RENAME of a temporary table");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (2, 'log')", T).expect("insert");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "2", Duration::from_secs(30));
+    for &r in &replicas {
+        wait_database(&c, r, Duration::from_secs(10), "serving as replica", |s, _| s == "replica");
+    }
+
+    eprintln!("phase: the same on the master's socket: both replicas stop, and are rebuilt from the master");
+    c.root_sql(m, "USE app; CREATE TEMPORARY TABLE tmp1 (a INT); RENAME TABLE tmp1 TO tmp2").expect("root on socket");
+    for &r in &replicas {
+        wait_database(&c, r, Duration::from_secs(10), "report the stopped applier", |s, d| {
+            s != "replica" && d.contains("1146")
+        });
+    }
+    for &r in &replicas {
+        c.wait_log(
+            r,
+            "log/node.log",
+            "no replica can give a copy: rebuilding from the master's",
+            Duration::from_secs(90),
+        );
+        c.wait_log(r, "log/node.log", "rebuild complete", Duration::from_secs(180));
+        wait_database(&c, r, Duration::from_secs(60), "serving as replica again", |s, _| s == "replica");
+    }
+    assert_eq!(c.master(), Some(m), "the master kept serving while it gave copies");
+    c.sql_via(m, "proxy_rw", "INSERT INTO t VALUES (3, 'log')", T).expect("insert after the rebuilds");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "3", Duration::from_secs(60));
+    checksums_equal(&c, &all);
 }

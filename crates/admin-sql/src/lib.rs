@@ -36,6 +36,6 @@ mod server;
 mod view;
 
 pub use error::AdminError;
-pub use metrics::{Metrics, MetricsServer, PeerServerCounts, ServedBinlogFigures};
+pub use metrics::{Metrics, MetricsServer, PeerServerCounts, ServedBinlogFigures, WriteHop};
 pub use server::{AdminAuth, AdminSqlServer};
 pub use view::{ClusterView, MasterView, MemberView, PaxosView};

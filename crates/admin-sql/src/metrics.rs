@@ -40,6 +40,35 @@ use paxsql_proxy::ProxyStatsSnapshot;
 
 type ReasonLabels = [(&'static str, &'static str); 1];
 
+/// One hop of a master's transaction between its capture and its semi-sync ACK (`paxsql_write_hop_seconds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteHop {
+    /// Captured from the local binlog → taken by the global-log driver's inbox (back-pressure shows here).
+    Inbox,
+    /// In the inbox → proposed to Paxos by the driver thread.
+    Propose,
+    /// Proposed → chosen, applied and seen by the ACK task: the Paxos round, the fsyncs, the hand-offs between.
+    Choose,
+    /// Seen by the ACK task → ACK handed to the writer that sends it to mariadbd.
+    Ack,
+}
+
+impl WriteHop {
+    fn label(self) -> &'static str {
+        match self {
+            WriteHop::Inbox => "inbox",
+            WriteHop::Propose => "propose",
+            WriteHop::Choose => "choose",
+            WriteHop::Ack => "ack",
+        }
+    }
+}
+
+fn hop_histogram() -> Histogram {
+    // 5 µs .. ~2.6 s: in-process hand-offs take microseconds, a Paxos round on a LAN a fraction of a millisecond.
+    Histogram::new(exponential_buckets(0.000_005, 2.0, 20))
+}
+
 struct Inner {
     registry: Registry,
     master_version: Gauge<u64, AtomicU64>,
@@ -56,6 +85,7 @@ struct Inner {
     chosen_counted: AtomicU64,
     capture_acked_transactions: Counter,
     capture_ack_latency: Histogram,
+    write_hops: Family<ReasonLabels, Histogram, fn() -> Histogram>,
     served_disk_bytes: Gauge<u64, AtomicU64>,
     served_segments: Gauge<u64, AtomicU64>,
     served_transactions: Gauge<u64, AtomicU64>,
@@ -127,6 +157,7 @@ impl Metrics {
             // 250 µs .. ~4 s: loopback ACKs take well under a millisecond, a WAN round trip tens of ms, and a
             // stalled majority shows up in the top buckets.
             capture_ack_latency: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
+            write_hops: Family::new_with_constructor(hop_histogram),
             served_disk_bytes: Gauge::default(),
             served_segments: Gauge::default(),
             served_transactions: Gauge::default(),
@@ -192,6 +223,13 @@ impl Metrics {
             "paxsql_capture_ack_latency_seconds",
             "Time from capturing a batch from the local master to sending its semi-sync ACK",
             inner.capture_ack_latency.clone(),
+        );
+        r.register(
+            "paxsql_write_hop_seconds",
+            "Where a master's transaction spends its time between capture and semi-sync ACK, by hop: inbox (captured \
+             -> in the global-log driver's inbox), propose (-> proposed to Paxos), choose (-> chosen, applied and seen \
+             by the ACK task), ack (-> ACK handed to its writer)",
+            inner.write_hops.clone(),
         );
         r.register(
             "paxsql_served_binlog_disk_bytes",
@@ -308,6 +346,11 @@ impl Metrics {
     pub fn record_capture_ack(&self, transactions: u64, latency: Duration) {
         self.inner.capture_acked_transactions.inc_by(transactions);
         self.inner.capture_ack_latency.observe(latency.as_secs_f64());
+    }
+
+    /// One transaction (or, for [`WriteHop::Ack`], one ACKed batch) took `took` on `hop`.
+    pub fn record_write_hop(&self, hop: WriteHop, took: Duration) {
+        self.inner.write_hops.get_or_create(&[("hop", hop.label())]).observe(took.as_secs_f64());
     }
 
     /// Brings the proxy series up to `now` (counters advance by what is new since the last call).
@@ -495,6 +538,13 @@ mod tests {
         assert_eq!(value(&text, r#"paxsql_capture_acked_transactions_total{node="1"}"#), Some(5.0), "{text}");
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_count{node="1"}"#), Some(2.0));
         assert_eq!(value(&text, r#"paxsql_capture_ack_latency_seconds_bucket{node="1",le="0.001"}"#), Some(1.0));
+        m.record_write_hop(WriteHop::Choose, Duration::from_micros(300));
+        m.record_write_hop(WriteHop::Choose, Duration::from_millis(2));
+        m.record_write_hop(WriteHop::Inbox, Duration::from_micros(7));
+        let text = m.encode();
+        assert_eq!(value(&text, r#"paxsql_write_hop_seconds_count{node="1",hop="choose"}"#), Some(2.0), "{text}");
+        assert_eq!(value(&text, r#"paxsql_write_hop_seconds_bucket{node="1",le="0.00064",hop="choose"}"#), Some(1.0));
+        assert_eq!(value(&text, r#"paxsql_write_hop_seconds_count{node="1",hop="inbox"}"#), Some(1.0));
         let lookups = vec![Duration::from_micros(15), Duration::from_millis(3)];
         m.update_served_binlog(ServedBinlogFigures { segments: 2, lookups, ..Default::default() });
         let text = m.encode();

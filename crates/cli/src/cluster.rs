@@ -1,4 +1,4 @@
-//! `paxsql cluster up|down|status|switchover`: a complete local cluster in one directory — real mariadbd servers, real nodes —
+//! `paxsql cluster up|down|status|switchover|restart`: a complete local cluster in one directory — real mariadbd servers, real nodes —
 //! for trying paxsql out and for the cluster tests.
 //!
 //! Layout of `--dir`: `cluster.json` (ports, accounts), `secrets/` (0600 files), `tls/` (CA and certificates, keys
@@ -21,6 +21,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::pki::{client_holder, ClusterPki};
+
+mod restart;
 
 #[derive(Subcommand)]
 pub enum ClusterCommand {
@@ -61,6 +63,20 @@ pub enum ClusterCommand {
         #[command(flatten)]
         how: crate::SwitchoverArgs,
     },
+    /// Restart every node of the cluster in `--dir`, one at a time: replicas first, each back as a caught-up
+    /// replica before the next stops; the master last, after a switchover.
+    Restart {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Seconds a restarted node may take to serve again as a caught-up replica.
+        #[arg(long, default_value_t = 180)]
+        node_timeout: u64,
+        /// How many transactions behind the global log a restarted replica may be before the next node stops.
+        #[arg(long, default_value_t = 100)]
+        max_lag: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the cluster in `--dir`.
     Status {
         #[arg(long)]
@@ -83,6 +99,10 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
         ClusterCommand::Switchover { dir, how } => switchover(&dir, &how),
+        ClusterCommand::Restart { dir, node_timeout, max_lag, json } => {
+            let plan = restart::RestartPlan { node_timeout: Duration::from_secs(node_timeout), max_lag, json };
+            restart::run(&dir, &plan)
+        }
     }
 }
 
@@ -403,7 +423,8 @@ fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app
 
 fn spawn_node(n: &NodeLayout) -> anyhow::Result<u32> {
     let exe = std::env::current_exe()?;
-    let log = fs::File::create(n.dir.join("log/node.log"))?;
+    // Appended to: a restarted node's log keeps what the previous process wrote.
+    let log = fs::OpenOptions::new().create(true).append(true).open(n.dir.join("log/node.log"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("node").arg("--config").arg(n.dir.join("node.toml"));
     cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
@@ -569,23 +590,28 @@ fn node_pid(n: &NodeLayout) -> Option<i32> {
 fn down(dir: &Path) -> anyhow::Result<()> {
     let file = load(dir)?;
     for n in &file.nodes {
-        if let Some(pid) = node_pid(n) {
-            // SAFETY: the process holding this node's data directory lock: this cluster's node, however started.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            let gone = wait_for(Duration::from_secs(15), "node to stop", || (!pid_alive(pid)).then_some(()));
-            if gone.is_err() {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-        // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (docs/ARCHITECTURE.md §3).
-        if let Some(pid) = read_pid(&n.datadir().join("mariadbd.pid")) {
-            if pid_alive(pid) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
+        stop_node(n);
         eprintln!("node {} stopped", n.id);
     }
     Ok(())
+}
+
+/// Stops node `n`'s process however it was started (SIGTERM, SIGKILL after 15 s) and the mariadbd it leaves behind.
+fn stop_node(n: &NodeLayout) {
+    if let Some(pid) = node_pid(n) {
+        // SAFETY: the process holding this node's data directory lock: this cluster's node, however started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let gone = wait_for(Duration::from_secs(15), "node to stop", || (!pid_alive(pid)).then_some(()));
+        if gone.is_err() {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    // A node killed hard leaves its mariadbd behind: it only ever gets SIGKILL (docs/ARCHITECTURE.md §3).
+    if let Some(pid) = read_pid(&n.datadir().join("mariadbd.pid")) {
+        if pid_alive(pid) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// The same switchover as `paxsql switchover`, addressed from the cluster's files: every node's peer port, the

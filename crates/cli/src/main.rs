@@ -124,6 +124,9 @@ impl SwitchoverArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Node { .. } | Command::Watch { .. }) {
+        stop_quietly_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Node { config, check_config } => run_node(config, check_config),
         Command::Cluster { command } => cluster::run(command),
@@ -140,6 +143,17 @@ fn main() -> ExitCode {
             eprintln!("paxsql: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The one-shot commands print tables and JSON for people and pipes: `paxsql cluster status | head` must end
+/// quietly when `head` has read enough, as other command-line tools do, instead of panicking on the closed pipe
+/// (Rust ignores SIGPIPE by default). The long-running `node` and `watch` keep ignoring it: a peer or client that
+/// goes away must never end them.
+fn stop_quietly_on_closed_pipe() {
+    // SAFETY: restores the default disposition of one signal, before any thread or pipe exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

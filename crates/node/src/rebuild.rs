@@ -91,23 +91,37 @@ impl Donors {
         Ok(AdminClient::new(channel).max_decoding_message_size(16 << 20))
     }
 
-    /// Aligned replicas, least lag first.
-    async fn candidates(&self) -> Vec<(u64, String)> {
+    /// Aligned replicas, least lag first, each as `(id, address, is_master)`; when there is none, the master. A
+    /// master gives a copy only as the last resort: the copy costs it I/O under load, and one taken while a commit
+    /// waits for its ACK may carry that transaction. That is safe: the rebuilt node serves nothing until the
+    /// alignment check finds its position in the global log, and a position the log never reaches (the master died
+    /// before the transaction was chosen) is a divergence, rebuilt again from a member. Without it, replicas that all
+    /// stop at the same transaction (a statement MariaDB binlogs but cannot apply) could never be rebuilt.
+    async fn candidates(&self) -> Vec<(u64, String, bool)> {
         let mut ranked = Vec::new();
+        let mut master = None;
         for (id, url) in self.members.iter().filter(|(id, _)| *id != self.node_id) {
             let Ok(mut client) = self.client(*id, url).await else { continue };
             let mut req = tonic::Request::new(StatusRequest {});
             req.set_timeout(Duration::from_secs(2));
             self.auth.attach(&mut req);
             let Ok(reply) = client.status(req).await.map(tonic::Response::into_inner) else { continue };
-            if reply.details.get("database").map(String::as_str) != Some("replica") {
-                continue;
+            match reply.details.get("database").map(String::as_str) {
+                Some("replica") => {
+                    let lag =
+                        reply.details.get("lag_transactions").and_then(|l| l.parse::<u64>().ok()).unwrap_or(u64::MAX);
+                    ranked.push((lag, *id, url.clone()));
+                }
+                Some("master") => master = Some((*id, url.clone(), true)),
+                _ => {}
             }
-            let lag = reply.details.get("lag_transactions").and_then(|l| l.parse::<u64>().ok()).unwrap_or(u64::MAX);
-            ranked.push((lag, *id, url.clone()));
         }
         ranked.sort();
-        ranked.into_iter().map(|(_, id, url)| (id, url)).collect()
+        let replicas: Vec<_> = ranked.into_iter().map(|(_, id, url)| (id, url, false)).collect();
+        if replicas.is_empty() {
+            return master.into_iter().collect();
+        }
+        replicas
     }
 }
 
@@ -122,14 +136,18 @@ pub async fn rebuild(
     report(RebuildProgress { phase: "choosing a donor", ..Default::default() });
     let candidates = donors.candidates().await;
     if candidates.is_empty() {
-        return Err(RebuildError::NoDonor("no reachable member serves as an aligned replica".into()));
+        return Err(RebuildError::NoDonor("no reachable member serves as an aligned replica or as master".into()));
     }
     db.kill9();
     let staging = sibling(&cfg.datadir, "rebuild");
     let mut last_error = None;
-    for (donor, url) in candidates {
-        tracing::warn!(donor, "rebuilding the local database from a copy of node {donor}'s");
-        match copy_from(cfg, donors, donor, &url, &staging, report).await {
+    for (donor, url, master) in candidates {
+        if master {
+            tracing::warn!(donor, "no replica can give a copy: rebuilding from the master's (node {donor})");
+        } else {
+            tracing::warn!(donor, "rebuilding the local database from a copy of node {donor}'s");
+        }
+        match copy_from(cfg, donors, (donor, master), &url, &staging, report).await {
             Ok(()) => {
                 last_error = None;
                 break;
@@ -178,7 +196,7 @@ pub async fn rebuild(
 async fn copy_from(
     cfg: &MariaDbConfig,
     donors: &Donors,
-    donor: u64,
+    (donor, master): (u64, bool),
     url: &str,
     staging: &Path,
     report: &(dyn Fn(RebuildProgress) + Send + Sync),
@@ -189,7 +207,7 @@ async fn copy_from(
     }
     std::fs::create_dir_all(staging).map_err(io(format!("cannot create {}", staging.display())))?;
     let mut client = donors.client(donor, url).await.map_err(copy_err)?;
-    let mut req = tonic::Request::new(BackupRequest { requester: donors.node_id });
+    let mut req = tonic::Request::new(BackupRequest { requester: donors.node_id, from_master: master });
     donors.auth.attach(&mut req);
     let mut stream = client.backup(req).await.map_err(|s| copy_err(s.message().to_string()))?.into_inner();
 

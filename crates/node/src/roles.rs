@@ -10,6 +10,7 @@ use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use paxsql_admin_sql::WriteHop;
 use paxsql_binlog::{Gtid, GtidSet};
 use paxsql_global_log::Applied;
 use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
@@ -632,6 +633,8 @@ enum CaptureError {
     Refused(Gtid, paxsql_global_log::GlobalLogError),
     #[error("the global-log driver is gone")]
     DriverGone,
+    #[error("the ACK task stopped: {0}")]
+    AckerStopped(String),
 }
 
 async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Result<(), CaptureError> {
@@ -649,10 +652,23 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     let metrics = ctx.metrics.clone();
     let mut applied = ctx.applied.subscribe();
     let ack_pending = pending.clone();
-    let acker = tokio::spawn(async move {
+    // For the write-path hops: when the driver proposed each transaction (by seq_no, in order), and the last
+    // seq_no the ACK task has seen applied (a proposal answered after its own application is not timed).
+    let proposed: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
+    let applied_seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (ack_proposed, ack_applied_seq) = (proposed.clone(), applied_seq.clone());
+    let mut acker = tokio::spawn(async move {
         loop {
             match applied.recv().await {
                 Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if master_version == term => {
+                    let seen = Instant::now();
+                    ack_applied_seq.fetch_max(last_seq, std::sync::atomic::Ordering::Relaxed);
+                    if let Ok(mut p) = ack_proposed.lock() {
+                        while let Some((_, at)) = p.front().filter(|(seq, _)| *seq <= last_seq).copied() {
+                            p.pop_front();
+                            metrics.record_write_hop(WriteHop::Choose, seen.duration_since(at));
+                        }
+                    }
                     let (mut last, mut oldest, mut count) = (None, None, 0u64);
                     if let Ok(mut p) = ack_pending.lock() {
                         while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
@@ -662,18 +678,20 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
                         }
                     }
                     if let Some((_, file, pos, _)) = last {
-                        if acks.ack(&file, pos).is_err() {
-                            return;
+                        if let Err(e) = acks.ack(&file, pos) {
+                            return format!("the ACK could not be sent to mariadbd: {e}");
                         }
                         metrics.record_capture_ack(count, oldest.map(|t| t.elapsed()).unwrap_or_default());
+                        metrics.record_write_hop(WriteHop::Ack, seen.elapsed());
                     }
                 }
                 Ok(_) => {}
+                // Missed effects may hold this term's appends: their commits would wait forever while the master
+                // keeps its lease. The capture ends instead, and the node hands its term over.
                 Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::error!(missed = n, "capture fell behind the applied log; ACKs stop until it reconnects");
-                    return;
+                    return format!("it fell behind the applied log by {n} effects");
                 }
-                Err(broadcast::error::RecvError::Closed) => return,
+                Err(broadcast::error::RecvError::Closed) => return "the applied log closed".to_string(),
             }
         }
     });
@@ -683,13 +701,23 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     // above. A refusal must end the capture even when no further transaction arrives (the refused one is usually
     // the last a client sent: it waits for its ACK), so the loop below waits on both. Unbounded is safe: each entry
     // stands for a proposal already taken by the driver's bounded inbox.
-    let (answer_tx, mut answer_rx) =
-        mpsc::unbounded_channel::<(Gtid, oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>)>();
+    type Answer = oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>;
+    let (answer_tx, mut answer_rx) = mpsc::unbounded_channel::<(Gtid, Answer, Instant)>();
     let (refused_tx, mut refused) = oneshot::channel::<CaptureError>();
+    let hop_metrics = ctx.metrics.clone();
     let answer_checker = tokio::spawn(async move {
-        while let Some((gtid, answer)) = answer_rx.recv().await {
+        while let Some((gtid, answer, inboxed)) = answer_rx.recv().await {
             let failure = match answer.await {
-                Ok(Ok(())) => continue,
+                Ok(Ok(())) => {
+                    let at = Instant::now();
+                    hop_metrics.record_write_hop(WriteHop::Propose, at.duration_since(inboxed));
+                    if gtid.seq_no > applied_seq.load(std::sync::atomic::Ordering::Relaxed) {
+                        if let Ok(mut p) = proposed.lock() {
+                            p.push_back((gtid.seq_no, at));
+                        }
+                    }
+                    continue;
+                }
                 Ok(Err(e)) => CaptureError::Refused(gtid, e),
                 Err(_) => CaptureError::DriverGone,
             };
@@ -703,6 +731,9 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         let event = tokio::select! {
             biased;
             failure = &mut refused => break Err(failure.unwrap_or(CaptureError::DriverGone)),
+            stopped = &mut acker => {
+                break Err(CaptureError::AckerStopped(stopped.unwrap_or_else(|e| format!("it panicked: {e}"))))
+            }
             event = client.next_event() => match event {
                 Ok(e) => e,
                 Err(e) => break Err(CaptureError::Client(e)),
@@ -713,8 +744,9 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             Ok(None) => continue,
             Err(e) => break Err(CaptureError::Client(e)),
         };
+        let captured = Instant::now();
         if let Ok(mut p) = pending.lock() {
-            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, Instant::now()));
+            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, captured));
         }
         let (reply, answer) = oneshot::channel();
         let input = Input::ProposeBinlog {
@@ -728,7 +760,9 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         if send_input(&ctx.inbox, input).await.is_err() {
             break Err(CaptureError::DriverGone);
         }
-        if answer_tx.send((trx.gtid, answer)).is_err() {
+        let inboxed = Instant::now();
+        ctx.metrics.record_write_hop(WriteHop::Inbox, inboxed.duration_since(captured));
+        if answer_tx.send((trx.gtid, answer, inboxed)).is_err() {
             // The checker only stops after sending a failure; the next turn of the loop picks it up.
             continue;
         }

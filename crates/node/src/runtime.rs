@@ -623,11 +623,15 @@ impl Admin for AdminService {
             return Err(tonic::Status::unavailable("this node is still starting"));
         };
         let role = local.borrow().clone();
-        if role != LocalRole::Replica {
+        let from_master = request.get_ref().from_master && matches!(role, LocalRole::Master(_));
+        if role != LocalRole::Replica && !from_master {
             return Err(tonic::Status::failed_precondition(format!(
-                "only an aligned replica gives copies; this node's database is {}",
+                "only an aligned replica (or, when none can, the master) gives copies; this node's database is {}",
                 role.name()
             )));
+        }
+        if from_master {
+            tracing::warn!(requester = request.get_ref().requester, "no replica can give a copy: the master sends one");
         }
         // With TLS a copy of the database goes only to the member that asks for it, as its certificate proves:
         // an operator's certificate (status, watch) or another member's cannot fetch one.

@@ -2,10 +2,10 @@
 //! database and hands its term to another member through the log, so that the master moves without a lease
 //! running out and without a write acknowledged, or even sent, being lost.
 //!
-//! The drain is `FLUSH TABLES WITH READ LOCK` on a session of its own: it waits for running writes and for commits
-//! waiting for their semi-sync ACK (the capture keeps ACKing them as their log entries are chosen), then holds every
-//! new write back, whatever the account's privileges — writes pause instead of failing. Once everything the local
-//! binlog holds is in the global log, the hand-over is proposed; the successor serves as soon as it has applied the
+//! The drain is `FLUSH TABLES WITH READ LOCK` on a session of its own: it waits for running writes and commits in
+//! progress, then holds every new write back, whatever the account's privileges — writes pause instead of failing.
+//! The capture keeps ACKing meanwhile. Once everything the local binlog holds is in the global log (whether or not
+//! the lock waited for commits in their semi-sync wait, this wait covers them), the hand-over is proposed; the successor serves as soon as it has applied the
 //! log, and the role controller kills this mariadbd (a held-back statement never ran: its client's connection is
 //! closed, as after any failover) and restarts it as a replica, with nothing to truncate.
 //!
@@ -85,8 +85,8 @@ pub(crate) async fn drain_and_hand_over(
         lock.query_first("SELECT @@GLOBAL.gtid_binlog_pos").await.map_err(|e| drain("gtid_binlog_pos", &e))?;
     let position = position.unwrap_or_default();
     let drained: GtidSet = position.parse().map_err(|e| drain("gtid_binlog_pos", &e))?;
-    // Every commit that returned was ACKed, so it is in the log; one that was still waiting when the lock came is
-    // on its way. Nothing can be added now.
+    // Every commit that returned was ACKed, so it is in the log; one still in its semi-sync wait is on its way
+    // (the capture goes on). Nothing can be added to the binlog now.
     while !ctx.global_binlog.holds(&drained) {
         if started.elapsed() >= drain_timeout {
             unlock(lock).await;

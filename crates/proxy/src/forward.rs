@@ -316,6 +316,8 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
     let mut out = Vec::with_capacity(256);
     // One buffer for every command of the connection, not an allocation per query.
     let mut payload = Vec::new();
+    // The session's temporary tables, for the one statement about them MariaDB logs but cannot replicate.
+    let mut tables = statement::SessionTables::default();
     loop {
         // Before waiting on the client, push out what was written: a TLS relay's stream holds the end of a large
         // command in its record buffer until flushed (a plain socket's flush costs nothing), and the client is
@@ -366,6 +368,11 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
         last_command = command;
         let replacement = match command {
             COM_QUERY | COM_STMT_PREPARE => match statement::judge(&payload[1..], rules.node_accounts) {
+                Verdict::Forward if command == COM_QUERY => tables.observe(&payload[1..]).map(|why| {
+                    stats.command_refused();
+                    info!(why, "statement refused");
+                    signal(why)
+                }),
                 Verdict::Forward => None,
                 Verdict::Rewrite(text) => {
                     stats.kill_softened();

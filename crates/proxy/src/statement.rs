@@ -55,6 +55,10 @@ pub const REFUSE_REPLICATION_CONTROL: &str =
      server (RESET/PURGE of the binlog, CHANGE MASTER, START/STOP/RESET SLAVE, INSTALL/UNINSTALL of plugins, \
      SHUTDOWN); use the paxsql commands instead";
 
+pub const REFUSE_TEMPORARY_RENAME: &str =
+    "paxsql: RENAME TABLE of a temporary table is refused: MariaDB 10.11 writes it to the binary log, where every \
+     replica fails to apply it (error 1146) and stops; use ALTER TABLE ... RENAME TO, which it does not log";
+
 /// Variables a session must not set through the proxy: each lets a commit bypass the global log or the semi-sync
 /// wait, or breaks the log's GTID sequence, or lets a transaction larger than one log entry reach the binlog (the
 /// node sets `max_binlog_cache_size` below it; past it the master must be killed and its term handed over).
@@ -601,6 +605,140 @@ fn guard_pattern(node_accounts: &BTreeSet<String>) -> String {
     format!("_binary'(?i){}'", alternatives.join("|"))
 }
 
+/// The temporary tables one client session has created, as far as the statements it sent through the proxy tell.
+/// MariaDB 10.11 writes `RENAME TABLE` of a temporary table to the binary log in row format (measured on 10.11.19:
+/// `CREATE TEMPORARY TABLE a1 …; RENAME TABLE a1 TO a2` adds a GTID whose `rename table a1 to a2` every replica
+/// fails to apply, error 1146 — MariaDB's own `main.backup_log` test stopped both replicas of a cluster this way),
+/// while `ALTER TABLE … RENAME` of one is not logged. Names are kept without their database, lower-cased: a
+/// `RENAME TABLE` naming a real table that shares a temporary table's name is refused too (conservative).
+#[derive(Debug, Default)]
+pub struct SessionTables {
+    temporary: BTreeSet<Vec<u8>>,
+}
+
+impl SessionTables {
+    /// Follows one statement text the session sends (`COM_QUERY`): records the temporary tables it creates,
+    /// renames with `ALTER TABLE` or drops, and refuses a `RENAME TABLE` of one. A refused statement changes
+    /// nothing.
+    pub fn observe(&mut self, sql: &[u8]) -> Option<&'static str> {
+        if self.temporary.is_empty() && !contains_ignore_case(sql, b"temporary") {
+            return None;
+        }
+        if !self.temporary.is_empty()
+            && ![&b"rename"[..], b"drop", b"temporary"].iter().any(|w| contains_ignore_case(sql, w))
+        {
+            return None;
+        }
+        let (tokens, _) = lex_spanned(sql, LexMode::ALL[0]);
+        let mut next = self.temporary.clone();
+        for statement in tokens.split(|t| *t == Token::Semicolon) {
+            if let Some(why) = Self::step(&mut next, statement) {
+                return Some(why);
+            }
+        }
+        self.temporary = next;
+        None
+    }
+
+    fn step(temporary: &mut BTreeSet<Vec<u8>>, t: &[Token]) -> Option<&'static str> {
+        let word = |i: usize| match t.get(i) {
+            Some(Token::Word { lower, .. }) => Some(lower.as_slice()),
+            _ => None,
+        };
+        let mut i = 0;
+        match word(0)? {
+            b"create" => {
+                i += 1;
+                if word(i) == Some(b"or") && word(i + 1) == Some(b"replace") {
+                    i += 2;
+                }
+                if word(i) != Some(b"temporary") || word(i + 1) != Some(b"table") {
+                    return None;
+                }
+                i += 2;
+                if word(i) == Some(b"if") && word(i + 1) == Some(b"not") && word(i + 2) == Some(b"exists") {
+                    i += 3;
+                }
+                if let Some((name, _)) = table_name(t, i) {
+                    temporary.insert(name);
+                }
+            }
+            b"drop" => {
+                i += 1;
+                if word(i) == Some(b"temporary") {
+                    i += 1;
+                }
+                if word(i) != Some(b"table") && word(i) != Some(b"tables") {
+                    return None;
+                }
+                i += 1;
+                if word(i) == Some(b"if") && word(i + 1) == Some(b"exists") {
+                    i += 2;
+                }
+                while let Some((name, after)) = table_name(t, i) {
+                    temporary.remove(&name);
+                    if t.get(after) != Some(&Token::Punct(b',')) {
+                        break;
+                    }
+                    i = after + 1;
+                }
+            }
+            b"alter" => {
+                while word(i).is_some_and(|w| w != b"table") {
+                    i += 1;
+                }
+                let (name, after) = table_name(t, i + 1)?;
+                if !temporary.contains(&name) {
+                    return None;
+                }
+                // `ALTER TABLE tmp …, RENAME [TO|AS] new`: the temporary table goes on under its new name.
+                let rename = (after..t.len()).find(|&k| word(k) == Some(b"rename"))?;
+                let mut k = rename + 1;
+                match word(k) {
+                    // RENAME COLUMN/INDEX/KEY: the table keeps its name.
+                    Some(b"column" | b"index" | b"key") => return None,
+                    Some(b"to" | b"as") => k += 1,
+                    _ => {}
+                }
+                let (new, _) = table_name(t, k)?;
+                temporary.remove(&name);
+                temporary.insert(new);
+            }
+            b"rename" if word(1) == Some(b"table") || word(1) == Some(b"tables") => {
+                i = 2;
+                while let Some((from, after)) = table_name(t, i) {
+                    if temporary.contains(&from) {
+                        return Some(REFUSE_TEMPORARY_RENAME);
+                    }
+                    // `from TO to`, then `,` and the next pair.
+                    let Some((_, after_to)) = table_name(t, after + 1) else { break };
+                    if t.get(after_to) != Some(&Token::Punct(b',')) {
+                        break;
+                    }
+                    i = after_to + 1;
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+/// The table named at `tokens[i]` (`name`, `` `name` `` or `db.name`): its name without the database, and the
+/// index after it.
+fn table_name(tokens: &[Token], i: usize) -> Option<(Vec<u8>, usize)> {
+    let part = |k: usize| match tokens.get(k) {
+        Some(Token::Word { lower, .. }) => Some(lower.clone()),
+        Some(Token::QuotedIdent(q)) => Some(q.clone()),
+        _ => None,
+    };
+    let first = part(i)?;
+    if tokens.get(i + 1) == Some(&Token::Punct(b'.')) {
+        return Some((part(i + 2)?, i + 3));
+    }
+    Some((first, i + 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -806,5 +944,32 @@ mod tests {
         for end in 0..=text.len() {
             let _ = judge(&text[..end], &accounts());
         }
+    }
+
+    #[test]
+    fn rename_of_a_temporary_table_is_refused_and_nothing_else() {
+        let mut session = SessionTables::default();
+        let observe = |s: &mut SessionTables, sql: &str| s.observe(sql.as_bytes());
+        // Real tables rename freely (online schema change tools rely on it).
+        assert_eq!(observe(&mut session, "RENAME TABLE t1 TO t2, t3 TO t4"), None);
+        assert_eq!(observe(&mut session, "create temporary table tmp_t10 (a int) engine=myisam"), None);
+        assert_eq!(observe(&mut session, "alter table tmp_t10 add column b int"), None);
+        assert_eq!(observe(&mut session, "alter table tmp_t10 rename column b to c"), None);
+        assert_eq!(observe(&mut session, "alter table tmp_t10 rename as tmp_t11"), None);
+        assert_eq!(observe(&mut session, "rename table tmp_t11 to tmp_t10"), Some(REFUSE_TEMPORARY_RENAME));
+        // Refused: nothing changed, the table is still tmp_t11.
+        assert_eq!(observe(&mut session, "RENAME TABLE `test`.`TMP_T11` TO x"), Some(REFUSE_TEMPORARY_RENAME));
+        assert_eq!(observe(&mut session, "rename table a to b, tmp_t11 to c"), Some(REFUSE_TEMPORARY_RENAME));
+        assert_eq!(observe(&mut session, "drop table if exists x, tmp_t11"), None);
+        assert_eq!(observe(&mut session, "rename table tmp_t11 to tmp_t10"), None);
+        // Multi-statements and IF NOT EXISTS / OR REPLACE.
+        let mut s2 = SessionTables::default();
+        assert_eq!(
+            observe(&mut s2, "CREATE OR REPLACE TEMPORARY TABLE IF NOT EXISTS a1 (a int); RENAME TABLE a1 TO a2"),
+            Some(REFUSE_TEMPORARY_RENAME)
+        );
+        assert_eq!(observe(&mut s2, "CREATE TEMPORARY TABLE a1 (a int)"), None);
+        assert_eq!(observe(&mut s2, "DROP TEMPORARY TABLE a1"), None);
+        assert_eq!(observe(&mut s2, "RENAME TABLE a1 TO a2"), None);
     }
 }
