@@ -14,7 +14,7 @@ BIN=${CARGO_TARGET_DIR:-target}/release/paxsql
 DIR=$(mktemp -d /tmp/paxsql-hops-XXXX)
 trap '"$BIN" cluster down --dir "$DIR/c" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-"$BIN" cluster up --nodes 3 --dir "$DIR/c" --base-port "$BASE" >/dev/null
+"$BIN" cluster up --nodes 3 --dir "$DIR/c" --base-port "$BASE" >/dev/null 2>&1
 PW=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_password'])" "$DIR/c/cluster.json")
 M=$("$BIN" cluster status --dir "$DIR/c" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['master'])")
 RW=$((BASE + 10 * (M - 1) + 4))

@@ -57,41 +57,75 @@ async fn switch(
     tls: Option<&TlsConfig>,
     ask_for: &Switchover,
 ) -> anyhow::Result<()> {
+    // The checks below read each node's last published status; one that cannot tell yet (a lag not read this
+    // round, a node between two states) gets a few more rounds before the switchover is refused.
+    let patience = Instant::now() + Duration::from_secs(5);
+    loop {
+        match check_and_switch(peers, auth, tls, ask_for).await {
+            Err(Refusal::NotYet(_)) if Instant::now() < patience => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(Refusal::NotYet(why)) => bail!(why),
+            Err(Refusal::Fatal(e)) => return Err(e),
+            Ok(()) => return Ok(()),
+        }
+    }
+}
+
+/// Why a switchover did not happen: `NotYet` may change within seconds, `Fatal` will not.
+enum Refusal {
+    NotYet(String),
+    Fatal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Refusal {
+    fn from(e: anyhow::Error) -> Self {
+        Refusal::Fatal(e)
+    }
+}
+
+async fn check_and_switch(
+    peers: &[String],
+    auth: &ClusterAuth,
+    tls: Option<&TlsConfig>,
+    ask_for: &Switchover,
+) -> Result<(), Refusal> {
+    let not_yet = |why: String| Err(Refusal::NotYet(why));
     let before = statuses(peers, auth, tls).await;
     let Some((master_peer, master)) =
         before.iter().find_map(|(p, s)| s.as_ref().filter(|s| s.role == "master").map(|s| (p.clone(), s.clone())))
     else {
-        bail!("no node serves as master now (an election may be under way): nothing to switch over");
+        return not_yet("no node serves as master now (an election may be under way): nothing to switch over".into());
     };
     let (old, term) = (master.node_id, master.master_version);
     if let Some(to) = ask_for.to {
         if to == old {
-            bail!("node {to} is the master already");
+            return Err(Refusal::Fatal(anyhow::anyhow!("node {to} is the master already")));
         }
         let Some(target) = before.iter().find_map(|(_, s)| s.as_ref().filter(|s| s.node_id == to)) else {
-            bail!("node {to} does not answer on any of the peers given ({})", peers.join(", "));
+            return not_yet(format!("node {to} does not answer on any of the peers given ({})", peers.join(", ")));
         };
         if detail(target, "database") != "replica" {
-            bail!(
+            return not_yet(format!(
                 "node {to} cannot serve as master: its database is {} {}",
                 detail(target, "database"),
                 detail(target, "database_detail")
-            );
+            ));
         }
         let lag: u64 = detail(target, "lag_transactions").parse().unwrap_or(u64::MAX);
         if lag > ask_for.max_lag {
-            bail!(
+            return not_yet(format!(
                 "node {to} is {} transactions behind the global log (more than --max-lag {}): writes would pause \
                  until it caught up",
                 if lag == u64::MAX { "an unknown number of".to_string() } else { lag.to_string() },
                 ask_for.max_lag
-            );
+            ));
         }
     } else if !before
         .iter()
         .any(|(_, s)| s.as_ref().is_some_and(|s| s.node_id != old && detail(s, "database") == "replica"))
     {
-        bail!("no other node has a database that can serve as master");
+        return not_yet("no other node has a database that can serve as master".into());
     }
     let target = ask_for.to.map_or("the most caught-up member".to_string(), |t| format!("node {t}"));
     eprintln!("switchover: node {old} (term {term}) drains its database and hands the master role to {target}");
@@ -174,10 +208,10 @@ async fn switch(
             "serving_after_ms": serving_after.map(|d| d.as_millis() as u64),
             "old_master_replica_after_ms": replica_after.map(|d| d.as_millis() as u64),
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(&out).map_err(anyhow::Error::from)?);
     }
     if serving_after.is_none() {
-        bail!("switchover: {outcome} ({} s)", ask_for.wait.as_secs());
+        return Err(anyhow::anyhow!("switchover: {outcome} ({} s)", ask_for.wait.as_secs()).into());
     }
     Ok(())
 }

@@ -298,13 +298,11 @@ pub async fn run(
                 Current::Master(v) if v == st.master_version && st.holds_lease && !capture_failed => {
                     match switchover::drain_and_hand_over(&ctx, v, request.to, request.drain_timeout).await {
                         Ok((done, lock)) => {
-                            // The term is over: kill the server (the lock goes with it; the statements it held back
-                            // never ran) and let it restart as a replica of the successor. First a moment for the
-                            // OKs of the last commits, sent before the lock was granted, to cross the proxies and
-                            // relays that the demotion cuts: their clients then know they committed. Nothing can
-                            // commit meanwhile (the lock; and without a term no ACK), and the successor does not
-                            // wait for this.
-                            tokio::time::sleep(SWITCHOVER_GRACE).await;
+                            // The term is over: stop routing and kill the server at once (the lock goes with it;
+                            // the statements it held back never ran) and let it restart as a replica of the
+                            // successor. Not a moment later: once the successor serves, a read answered here would
+                            // miss its writes. An OK still crossing a proxy is cut with its connection (the client
+                            // sees an unknown outcome, as after any failover).
                             demote(&ctx, &mut capture, &serving).await;
                             drop(lock);
                             current = Current::Down;
@@ -424,10 +422,6 @@ async fn promote(
     db.exec(&["SET GLOBAL require_secure_transport = OFF", "SET GLOBAL read_only = OFF"]).await?;
     Ok((handle, failed_rx))
 }
-
-/// After a switchover's hand-over is proposed, how long the old master waits before it cuts its clients' connections
-/// (see the switchover branch of [`run`]).
-const SWITCHOVER_GRACE: Duration = Duration::from_millis(200);
 
 /// How often the master's semi-sync settings and counters are read back.
 const GUARANTEE_CHECK_EVERY: Duration = Duration::from_millis(500);

@@ -661,23 +661,26 @@ async fn publish_status(
     endpoints: Endpoints,
 ) {
     let mut last_pid = None;
+    // The last reading of the local position, and when: the role controller holds the database for a moment at
+    // every check round, and a reading one round old is better than a lag shown as unknown.
+    let mut last_reading: Option<(String, u64, std::time::Instant)> = None;
     loop {
         let st = status.borrow().clone();
         let local_role = ctx.local.borrow().clone();
         let mut pid = last_pid;
-        let mut local_seq = None;
-        let mut local_gtid = None;
         // A rebuild or a start holds the database for a long time: report without it meanwhile.
         if let Ok(db) = ctx.mariadb.try_lock() {
             pid = db.pid();
             last_pid = pid;
             if let Ok(pos) = db.query_string("SELECT @@GLOBAL.gtid_current_pos").await {
-                local_gtid = Some(pos.clone());
                 let seq = pos.split(',').filter_map(|g| g.rsplit('-').next()?.parse::<u64>().ok()).max().unwrap_or(0);
-                local_seq = Some(seq);
                 offer(&ctx.inbox, Input::SetProgress(seq));
+                last_reading = Some((pos, seq, std::time::Instant::now()));
             }
         }
+        let fresh = last_reading.as_ref().filter(|(_, _, at)| at.elapsed() < Duration::from_secs(2));
+        let local_gtid = fresh.map(|(pos, _, _)| pos.clone());
+        let local_seq = fresh.map(|(_, seq, _)| *seq);
         let serving_master = serving.borrow().is_some();
         let mut details = std::collections::HashMap::new();
         details.insert("mariadb".to_string(), format!("{}:{}", endpoints.host, endpoints.mariadb_port));

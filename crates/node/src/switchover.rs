@@ -5,9 +5,10 @@
 //! The drain is `FLUSH TABLES WITH READ LOCK` on a session of its own: it waits for running writes and commits in
 //! progress, then holds every new write back, whatever the account's privileges — writes pause instead of failing.
 //! The capture keeps ACKing meanwhile. Once everything the local binlog holds is in the global log (whether or not
-//! the lock waited for commits in their semi-sync wait, this wait covers them), the hand-over is proposed; the successor serves as soon as it has applied the
-//! log, and the role controller kills this mariadbd (a held-back statement never ran: its client's connection is
-//! closed, as after any failover) and restarts it as a replica, with nothing to truncate.
+//! the lock waited for commits in their semi-sync wait, this wait covers them), the hand-over is proposed, and the
+//! role controller at once kills this mariadbd (a held-back statement never ran: its client's connection is closed,
+//! as after any failover) and restarts it as a replica, with nothing to truncate. The successor serves as soon as it
+//! has applied the log.
 //!
 //! Anything that goes wrong before the hand-over is proposed releases the lock: the master goes on serving.
 
