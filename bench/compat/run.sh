@@ -157,6 +157,17 @@ reset_schemas() {
         -e "SELECT MASTER_GTID_WAIT('$pos', 300)" >/dev/null || true
     done
   fi
+  # Files a test wrote into a database's directory (SELECT … INTO OUTFILE 't1.txt') make DROP DATABASE fail with
+  # errno 39 on that server only: `test` then kept its tables' absence but lost its db.opt, and the next target's
+  # tables took the session's character set (ctype_euckr & co. failed through the second RW port only).
+  local data
+  if [ "$sql" = master_sql ]; then data="$DIR/cluster/n$M/data"; else data="$DIR/standalone/data"; fi
+  for d in $($sql "$LIST_DBS"); do
+    case $d in mysql | sys | performance_schema | information_schema | mtr) continue ;; esac
+    [ -d "$data/$d" ] && find "$data/$d" -maxdepth 1 -type f ! -name '*.frm' ! -name '*.ibd' ! -name '*.MY[DI]' \
+      ! -name '*.MA[DI]' ! -name 'db.opt' ! -name '*.par' ! -name '*.TR[GN]' ! -name '*.CS[VM]' ! -name '*.isl' \
+      ! -name '*.AR[ZM]' -delete
+  done
   for d in $($sql "$LIST_DBS"); do
     grep -qxF "$d" <<<"$dbs" || $sql "DROP DATABASE \`$d\`" || true
   done

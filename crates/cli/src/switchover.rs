@@ -98,6 +98,9 @@ async fn check_and_switch(
         return not_yet("no node serves as master now (an election may be under way): nothing to switch over".into());
     };
     let (old, term) = (master.node_id, master.master_version);
+    // The old master is a replica again only with a restarted mariadbd: a status published before the switchover
+    // must not count.
+    let old_pid = detail(&master, "mariadbd_pid").to_string();
     if let Some(to) = ask_for.to {
         if to == old {
             return Err(Refusal::Fatal(anyhow::anyhow!("node {to} is the master already")));
@@ -182,9 +185,11 @@ async fn check_and_switch(
             }
         }
         if serving_after.is_some() {
-            let old_back = now
-                .iter()
-                .any(|(_, s)| s.as_ref().is_some_and(|s| s.node_id == old && detail(s, "database") == "replica"));
+            let old_back = now.iter().any(|(_, s)| {
+                s.as_ref().is_some_and(|s| {
+                    s.node_id == old && detail(s, "database") == "replica" && detail(s, "mariadbd_pid") != old_pid
+                })
+            });
             if old_back {
                 replica_after = Some(started.elapsed());
                 eprintln!("switchover: node {old} is a replica again ({} ms)", started.elapsed().as_millis());
