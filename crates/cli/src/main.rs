@@ -124,7 +124,7 @@ impl SwitchoverArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Node { .. } | Command::Watch { .. }) {
+    if matches!(cli.command, Command::Cluster { command: cluster::ClusterCommand::Status { .. } }) {
         stop_quietly_on_closed_pipe();
     }
     let result = match cli.command {
@@ -146,10 +146,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// The one-shot commands print tables and JSON for people and pipes: `paxsql cluster status | head` must end
-/// quietly when `head` has read enough, as other command-line tools do, instead of panicking on the closed pipe
-/// (Rust ignores SIGPIPE by default). The long-running `node` and `watch` keep ignoring it: a peer or client that
-/// goes away must never end them.
+/// `paxsql cluster status | head` must end quietly when `head` has read enough, as other command-line tools do,
+/// instead of panicking on the closed pipe (Rust ignores SIGPIPE by default). Only for that command, which reads
+/// files and opens no socket: every command that talks to nodes must keep ignoring SIGPIPE, or a peer closing a
+/// connection (a plaintext call to a TLS port) kills it before it can say why — found by t25.
 fn stop_quietly_on_closed_pipe() {
     // SAFETY: restores the default disposition of one signal, before any thread or pipe exists.
     unsafe {
