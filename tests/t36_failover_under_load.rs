@@ -137,16 +137,8 @@ fn a_failover_under_sysbench_and_the_client_library_loses_only_in_flight_work() 
     // The master's proxy first: the library has to leave it when that node dies.
     let mut order = vec![m];
     order.extend(&survivors);
-    let endpoints = c.rw_endpoints(&order);
-    let master_ep = endpoints[0].clone();
-    let client = Client::builder()
-        .endpoints(endpoints)
-        .user("app")
-        .password(c.password())
-        .database("app")
-        .failover_deadline(Duration::from_secs(30))
-        .build()
-        .expect("client");
+    let master_ep = c.rw_endpoints(&order)[0].clone();
+    let client = c.app_client(&order);
     let ops: Arc<Ops> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks: Vec<_> =

@@ -98,19 +98,8 @@ fn switchover_moves_the_master_while_clients_write() {
     let ops: Arc<Ops> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     eprintln!("phase: one writer through each node's RW port");
-    let writers: Vec<_> = (1..=3u64)
-        .map(|w| {
-            let client = Client::builder()
-                .endpoints(c.rw_endpoints(&[w]))
-                .user("app")
-                .password(c.password())
-                .database("app")
-                .failover_deadline(Duration::from_secs(30))
-                .build()
-                .expect("client");
-            rt.spawn(writer(client, w, ops.clone(), stop.clone()))
-        })
-        .collect();
+    let writers: Vec<_> =
+        (1..=3u64).map(|w| rt.spawn(writer(c.app_client(&[w]), w, ops.clone(), stop.clone()))).collect();
     let committed =
         || ops.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|o| matches!(o.2, Outcome::Committed)).count();
     std::thread::sleep(Duration::from_secs(3));

@@ -279,6 +279,19 @@ impl Cluster {
             .collect()
     }
 
+    /// The client library as the application account, on the RW ports of the nodes in `order` (the first is used
+    /// until it fails), riding through failovers of up to 30 s.
+    pub fn app_client(&self, order: &[u64]) -> paxsql_client::Client {
+        paxsql_client::Client::builder()
+            .endpoints(self.rw_endpoints(order))
+            .user("app")
+            .password(self.password())
+            .database("app")
+            .failover_deadline(Duration::from_secs(30))
+            .build()
+            .expect("client")
+    }
+
     /// The admin SQL port's account (user, password).
     pub fn admin_account(&self) -> (String, String) {
         let pw = std::fs::read_to_string(self.dir.path().join("secrets/admin_sql.password")).unwrap_or_default();

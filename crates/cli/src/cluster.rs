@@ -617,11 +617,20 @@ fn stop_node(n: &NodeLayout) {
 /// The same switchover as `paxsql switchover`, addressed from the cluster's files: every node's peer port, the
 /// cluster secret, and the operator's certificate when the peers run TLS.
 fn switchover(dir: &Path, how: &crate::SwitchoverArgs) -> anyhow::Result<()> {
-    let file = load(dir)?;
-    let peers: Vec<String> = file.nodes.iter().map(|n| format!("{}:{}", n.host, n.peer_port)).collect();
+    let (peers, auth, tls) = admin_address(dir, &load(dir)?)?;
+    crate::switchover::run(&peers, &auth, tls.as_ref(), &how.request())
+}
+
+/// How an operator's tool reaches the admin endpoints of the cluster in `dir`: every node's peer port, the cluster
+/// secret, and the operator's certificate when the peers run TLS.
+fn admin_address(
+    dir: &Path,
+    file: &ClusterFile,
+) -> anyhow::Result<(Vec<String>, paxsql_peer_transport::ClusterAuth, Option<TlsConfig>)> {
+    let peers = file.nodes.iter().map(|n| format!("{}:{}", n.host, n.peer_port)).collect();
     let auth = crate::status::cluster_auth(&file.cluster_id, &dir.join("secrets/cluster.secret"))?;
     let tls = file.tls.then(|| ClusterPki::at(&dir.join("tls")).tls("operator"));
-    crate::switchover::run(&peers, &auth, tls.as_ref(), &how.request())
+    Ok((peers, auth, tls))
 }
 
 fn status(dir: &Path, json: bool) -> anyhow::Result<()> {

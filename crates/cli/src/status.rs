@@ -18,13 +18,7 @@ pub fn run(
 ) -> anyhow::Result<()> {
     let auth = cluster_auth(cluster_id, secret_file)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let replies: Vec<(String, Result<StatusReply, String>)> = rt.block_on(async {
-        let mut out = Vec::new();
-        for p in peers {
-            out.push(ask(p.clone(), &auth, tls).await);
-        }
-        out
-    });
+    let replies = rt.block_on(ask_all(peers, &auth, tls));
     let master = replies.iter().find_map(|(_, r)| r.as_ref().ok().filter(|s| s.role == "master").map(|s| s.node_id));
     if json {
         let nodes: Vec<serde_json::Value> = replies
@@ -72,11 +66,29 @@ pub fn run(
     Ok(())
 }
 
-pub(crate) async fn ask(
-    peer: String,
+/// Every peer's status, in the order given, asked at once (an unreachable peer costs its timeout once, not once
+/// per peer).
+pub(crate) async fn ask_all(
+    peers: &[String],
     auth: &ClusterAuth,
     tls: Option<&TlsConfig>,
-) -> (String, Result<StatusReply, String>) {
+) -> Vec<(String, Result<StatusReply, String>)> {
+    let mut asked = tokio::task::JoinSet::new();
+    for (i, peer) in peers.iter().enumerate() {
+        let (peer, auth, tls) = (peer.clone(), auth.clone(), tls.cloned());
+        asked.spawn(async move { (i, ask(peer, &auth, tls.as_ref()).await) });
+    }
+    let mut out = Vec::with_capacity(peers.len());
+    while let Some(joined) = asked.join_next().await {
+        if let Ok(answer) = joined {
+            out.push(answer);
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+async fn ask(peer: String, auth: &ClusterAuth, tls: Option<&TlsConfig>) -> (String, Result<StatusReply, String>) {
     let result = async {
         // The node is not known before it answers: its certificate must carry the address dialled.
         let endpoint = peer_endpoint(tls, None, &peer).map_err(|e| e.to_string())?;

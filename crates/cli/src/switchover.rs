@@ -11,7 +11,7 @@ use paxsql_peer_transport::pb::admin_client::AdminClient;
 use paxsql_peer_transport::pb::{StatusReply, SwitchoverRequest};
 use paxsql_peer_transport::{peer_endpoint, ClusterAuth, TlsConfig};
 
-use crate::status::ask;
+use crate::status::ask_all;
 
 /// What a switchover is asked to do.
 pub struct Switchover {
@@ -30,21 +30,9 @@ pub fn run(peers: &[String], auth: &ClusterAuth, tls: Option<&TlsConfig>, ask_fo
     rt.block_on(switch(peers, auth, tls, ask_for))
 }
 
-/// Every peer's status, asked at once (an unreachable peer costs its timeout once, not once per peer).
+/// Every peer's status; `None` for a peer that did not answer.
 async fn statuses(peers: &[String], auth: &ClusterAuth, tls: Option<&TlsConfig>) -> Vec<(String, Option<StatusReply>)> {
-    let mut asked = tokio::task::JoinSet::new();
-    for (i, peer) in peers.iter().enumerate() {
-        let (peer, auth, tls) = (peer.clone(), auth.clone(), tls.cloned());
-        asked.spawn(async move { (i, ask(peer, &auth, tls.as_ref()).await) });
-    }
-    let mut out: Vec<(usize, (String, Option<StatusReply>))> = Vec::new();
-    while let Some(joined) = asked.join_next().await {
-        if let Ok((i, (peer, r))) = joined {
-            out.push((i, (peer, r.ok())));
-        }
-    }
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
+    ask_all(peers, auth, tls).await.into_iter().map(|(peer, r)| (peer, r.ok())).collect()
 }
 
 fn detail<'a>(s: &'a StatusReply, key: &str) -> &'a str {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::{load, node_pid, read_status, spawn_node, stop_node, wait_for, NodeLayout};
-use crate::pki::ClusterPki;
+use super::{admin_address, load, node_pid, read_status, spawn_node, stop_node, wait_for, NodeLayout};
 
 /// How a rolling restart goes.
 pub struct RestartPlan {
@@ -72,9 +71,7 @@ pub fn run(dir: &std::path::Path, plan: &RestartPlan) -> anyhow::Result<()> {
     }
     // The master last: move its role to a caught-up replica first, then restart it as one.
     eprintln!("restart: node {master} is the master: switching over first");
-    let peers: Vec<String> = file.nodes.iter().map(|n| format!("{}:{}", n.host, n.peer_port)).collect();
-    let auth = crate::status::cluster_auth(&file.cluster_id, &dir.join("secrets/cluster.secret"))?;
-    let tls = file.tls.then(|| ClusterPki::at(&dir.join("tls")).tls("operator"));
+    let (peers, auth, tls) = admin_address(dir, &file)?;
     let switch = crate::switchover::Switchover {
         to: None,
         max_lag: plan.max_lag,
