@@ -116,7 +116,7 @@ impl Cluster {
     pub fn master_term(&self) -> Option<(u64, u64)> {
         let st = self.status();
         let m = st["master"].as_u64()?;
-        let v = st["nodes"][(m - 1) as usize]["master_version"].as_u64()?;
+        let v = node_of(&st, m)["master_version"].as_u64()?;
         Some((m, v))
     }
 
@@ -145,7 +145,7 @@ impl Cluster {
     /// (host, port) of one of node `id`'s endpoints: "mariadb", "peer" or "replication".
     pub fn endpoint(&self, id: u64, which: &str) -> (String, u16) {
         let st = self.status();
-        let ep = st["nodes"][(id - 1) as usize]["endpoints"][which].as_str().unwrap_or("").to_string();
+        let ep = node_of(&st, id)["endpoints"][which].as_str().unwrap_or("").to_string();
         let (host, port) = ep.rsplit_once(':').expect("host:port in status");
         (host.to_string(), port.parse().expect("port"))
     }
@@ -423,7 +423,7 @@ impl Cluster {
 
     pub fn logs(&self) -> String {
         let mut s = String::new();
-        for id in 1..=5 {
+        for id in 1..=8 {
             for f in ["log/node.log", "log/node-restart.log", "log/mariadbd.err"] {
                 let p = self.node_dir(id).join(f);
                 if let Ok(text) = std::fs::read_to_string(&p) {
@@ -470,6 +470,14 @@ fn cli_outcome(out: std::process::Output) -> Result<String, String> {
     } else {
         Err(format!("exit {:?}: {}", out.status.code(), String::from_utf8_lossy(&out.stderr).trim()))
     }
+}
+
+/// Node `id`'s entry in `cluster status --json` (nodes come and go: their ids need not be 1..=n).
+pub fn node_of(status: &Value, id: u64) -> Value {
+    status["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["id"].as_u64() == Some(id)).cloned())
+        .unwrap_or(Value::Null)
 }
 
 pub fn read_pid(path: &Path) -> Option<i32> {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::pki::{client_holder, ClusterPki};
 
+pub(crate) mod membership;
 mod restart;
 
 #[derive(Subcommand)]
@@ -77,6 +78,32 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Add a node to the cluster in `--dir` while clients write: it provisions its database with a copy of a
+    /// member's, catches up, and only then votes.
+    AddNode {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        patience: crate::PatienceArgs,
+    },
+    /// Take node `--node` out of the cluster in `--dir` (a master is switched over first), then stop it.
+    RemoveNode {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        node: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace node `--node` (running or dead) with a new node: add the new one, then remove the old one.
+    ReplaceNode {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        node: u64,
+        #[command(flatten)]
+        patience: crate::PatienceArgs,
+    },
     /// Show the cluster in `--dir`.
     Status {
         #[arg(long)]
@@ -99,6 +126,14 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
         ClusterCommand::Switchover { dir, how } => switchover(&dir, &how),
+        ClusterCommand::AddNode { dir, patience } => membership::add_node(&dir, &patience.local_plan()),
+        ClusterCommand::RemoveNode { dir, node, json } => {
+            let plan = membership::Plan { catch_up: Duration::ZERO, max_lag: 0, json };
+            membership::remove_node(&dir, node, &plan)
+        }
+        ClusterCommand::ReplaceNode { dir, node, patience } => {
+            membership::replace_node(&dir, node, &patience.local_plan())
+        }
         ClusterCommand::Restart { dir, node_timeout, max_lag, json } => {
             let plan = restart::RestartPlan { node_timeout: Duration::from_secs(node_timeout), max_lag, json };
             restart::run(&dir, &plan)
@@ -137,6 +172,36 @@ struct ClusterFile {
     client_tls: bool,
     #[serde(default)]
     client_tls_required: bool,
+    /// The initial membership as `cluster up` made it (every node's config names it, whoever joined or left
+    /// since); empty in a file written before nodes could be added: then `nodes` is still the initial membership.
+    #[serde(default)]
+    initial_nodes: Vec<NodeLayout>,
+    /// The highest node id ever given: a node id is never reused (a removed member's id could otherwise come back
+    /// with someone else's data in the other members' logs).
+    #[serde(default)]
+    last_id: u64,
+}
+
+impl ClusterFile {
+    fn initial(&self) -> &[NodeLayout] {
+        if self.initial_nodes.is_empty() {
+            &self.nodes
+        } else {
+            &self.initial_nodes
+        }
+    }
+
+    fn node(&self, id: u64) -> anyhow::Result<&NodeLayout> {
+        self.nodes.iter().find(|n| n.id == id).ok_or_else(|| {
+            let ids: Vec<u64> = self.nodes.iter().map(|n| n.id).collect();
+            anyhow::anyhow!("the cluster has no node {id} (its nodes: {ids:?})")
+        })
+    }
+
+    fn save(&self, dir: &Path) -> anyhow::Result<()> {
+        // It holds the application password: 0600, replaced whole.
+        write_secret(&dir.join("cluster.json"), &serde_json::to_string_pretty(self)?)
+    }
 }
 
 /// TLS of a local cluster.
@@ -257,6 +322,7 @@ fn my_cnf(n: &NodeLayout) -> String {
 fn node_toml(
     n: &NodeLayout,
     all: &[NodeLayout],
+    peers: &[NodeLayout],
     dir: &Path,
     cluster_id: &str,
     tls: Option<&TlsConfig>,
@@ -314,11 +380,13 @@ fn node_toml(
             tls.key.display()
         );
     }
-    for m in all {
-        out += &format!(
-            "\n[[members]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
-            m.id, m.host, m.peer_port, m.host, m.mariadb_port
-        );
+    for (table, list) in [("members", all), ("peers", peers)] {
+        for m in list {
+            out += &format!(
+                "\n[[{table}]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
+                m.id, m.host, m.peer_port, m.host, m.mariadb_port
+            );
+        }
     }
     out
 }
@@ -491,6 +559,8 @@ fn up(
         tls,
         client_tls: tls,
         client_tls_required: mode == TlsMode::Required,
+        initial_nodes: nodes.clone(),
+        last_id: count,
     };
     let pki = tls.then(|| ClusterPki::at(&dir.join("tls")));
     if let Some(pki) = &pki {
@@ -506,7 +576,10 @@ fn up(
         let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{}", n.id)));
         let client_tls = pki.as_ref().map(|p| p.tls(&client_holder(n.id)));
         let client_tls = client_tls.as_ref().map(|t| (t, file.client_tls_required));
-        fs::write(n.dir.join("node.toml"), node_toml(n, &nodes, &dir, &cluster_id, node_tls.as_ref(), client_tls))?;
+        fs::write(
+            n.dir.join("node.toml"),
+            node_toml(n, &nodes, &[], &dir, &cluster_id, node_tls.as_ref(), client_tls),
+        )?;
     }
     for n in &nodes {
         let pid = spawn_node(n)?;
@@ -655,6 +728,7 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             "applied_instance": st["applied_instance"],
             "log_first_held": st["log_first_held"],
             "global_last_gtid": st["global_last_gtid"],
+            "members": st["members"],
             "endpoints": {
                 "mariadb": format!("{}:{}", n.host, n.mariadb_port),
                 "peer": format!("{}:{}", n.host, n.peer_port),
@@ -672,17 +746,32 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
         }));
     }
     let master = rows.iter().find(|r| r["role"] == "master").map(|r| r["id"].clone());
+    // Who votes, as the master's log says (else the most advanced node's).
+    let members = rows
+        .iter()
+        .find(|r| r["role"] == "master")
+        .or_else(|| rows.iter().max_by_key(|r| r["applied_instance"].as_u64().unwrap_or(0)))
+        .map(|r| r["members"].clone())
+        .unwrap_or(serde_json::Value::Null);
     if json {
         let out = serde_json::json!({
             "cluster_id": file.cluster_id,
             "master": master,
+            "members": members,
             "nodes": rows,
             "application_account": { "user": file.app_user, "password": file.app_password, "database": file.app_database },
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!("cluster {}   master: {}", file.cluster_id, master.map_or("none".to_string(), |m| format!("node {m}")));
+    let members: Vec<String> =
+        members.as_array().map(|m| m.iter().map(|id| id.to_string()).collect()).unwrap_or_default();
+    println!(
+        "cluster {}   master: {}   members: {}",
+        file.cluster_id,
+        master.map_or("none".to_string(), |m| format!("node {m}")),
+        if members.is_empty() { "unknown".to_string() } else { members.join(", ") }
+    );
     println!(
         "{:<5} {:<9} {:<12} {:<7} {:<8} {:<12} {:<18} {:>7} {:<16} {:>8} {:>9}",
         "node",

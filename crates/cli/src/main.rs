@@ -1,6 +1,7 @@
 //! `paxsql`: run a node, start and stop a local cluster, show a cluster's status.
 
 mod cluster;
+mod member;
 mod pki;
 mod status;
 mod switchover;
@@ -42,6 +43,13 @@ enum Command {
         cluster: ClusterAddress,
         #[command(flatten)]
         how: SwitchoverArgs,
+    },
+    /// Add, remove or replace a voting member of a running cluster, online, one member at a time.
+    Member {
+        #[command(flatten)]
+        cluster: ClusterAddress,
+        #[command(subcommand)]
+        change: MemberCommand,
     },
     /// Follow the cluster's master and publish it to files, commands or webhooks (a naming-service updater).
     Watch {
@@ -90,6 +98,85 @@ impl ClusterAddress {
     }
 }
 
+#[derive(Subcommand)]
+enum MemberCommand {
+    /// Make a running node a member: its addresses go into the log, it provisions its database from a member and
+    /// catches up, and only then votes. Start the node first (`paxsql node` with an empty data directory and a
+    /// config naming the initial members, and itself under `peers`).
+    Add {
+        #[command(flatten)]
+        new: NewMemberArgs,
+        #[command(flatten)]
+        patience: PatienceArgs,
+    },
+    /// Take a member out of the membership (a master is switched over first); stop its process afterwards.
+    Remove {
+        #[arg(long)]
+        node: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a new node, then remove `--node` (which may be dead).
+    Replace {
+        /// The member to take out.
+        #[arg(long)]
+        node: u64,
+        #[command(flatten)]
+        new: NewMemberArgs,
+        #[command(flatten)]
+        patience: PatienceArgs,
+    },
+}
+
+#[derive(clap::Args)]
+struct NewMemberArgs {
+    /// The new node's id (never one a member had before).
+    #[arg(long)]
+    new_node: u64,
+    /// Its peer endpoint, IP:port.
+    #[arg(long)]
+    new_peer: String,
+    /// Its mariadbd for the other members' proxies, IP:port.
+    #[arg(long)]
+    new_mariadb: String,
+}
+
+impl NewMemberArgs {
+    fn member(&self) -> member::NewMember {
+        member::NewMember { node: self.new_node, peer: self.new_peer.clone(), mariadb: self.new_mariadb.clone() }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct PatienceArgs {
+    /// Seconds the new node may take to provision its database and catch up.
+    #[arg(long, default_value_t = 600)]
+    catch_up_timeout: u64,
+    /// How many transactions behind the log the new node may be when it starts to vote.
+    #[arg(long, default_value_t = 100)]
+    max_lag: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+impl PatienceArgs {
+    fn local_plan(&self) -> cluster::membership::Plan {
+        cluster::membership::Plan {
+            catch_up: std::time::Duration::from_secs(self.catch_up_timeout),
+            max_lag: self.max_lag,
+            json: self.json,
+        }
+    }
+
+    fn patience(&self) -> member::Patience {
+        member::Patience {
+            catch_up: std::time::Duration::from_secs(self.catch_up_timeout),
+            max_lag: self.max_lag,
+            json: self.json,
+        }
+    }
+}
+
 /// What `switchover` and `cluster switchover` take besides the cluster's address.
 #[derive(clap::Args)]
 pub struct SwitchoverArgs {
@@ -134,6 +221,7 @@ fn main() -> ExitCode {
         Command::Status { cluster, json } => {
             status::run(&cluster.peers, &cluster.cluster_id, &cluster.secret_file, cluster.tls().as_ref(), json)
         }
+        Command::Member { cluster, change } => run_member(&cluster, &change),
         Command::Switchover { cluster, how } => status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)
             .and_then(|auth| switchover::run(&cluster.peers, &auth, cluster.tls().as_ref(), &how.request())),
     };
@@ -142,6 +230,31 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("paxsql: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_member(cluster: &ClusterAddress, change: &MemberCommand) -> anyhow::Result<()> {
+    let auth = status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)?;
+    let tls = cluster.tls();
+    let mut admin = member::Admin { peers: cluster.peers.clone(), auth: &auth, tls: tls.as_ref() };
+    match change {
+        MemberCommand::Add { new, patience } => {
+            // Once a member it may be master (the next steps find the master among these).
+            if !admin.peers.contains(&new.new_peer) {
+                admin.peers.push(new.new_peer.clone());
+            }
+            member::add(&admin, &new.member(), &patience.patience())
+        }
+        MemberCommand::Remove { node, json } => {
+            let patience = member::Patience { catch_up: std::time::Duration::ZERO, max_lag: 0, json: *json };
+            member::remove(&admin, *node, &patience)
+        }
+        MemberCommand::Replace { node, new, patience } => {
+            if !admin.peers.contains(&new.new_peer) {
+                admin.peers.push(new.new_peer.clone());
+            }
+            member::replace(&admin, *node, &new.member(), &patience.patience())
         }
     }
 }

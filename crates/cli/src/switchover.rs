@@ -39,7 +39,7 @@ fn detail<'a>(s: &'a StatusReply, key: &str) -> &'a str {
     s.details.get(key).map(String::as_str).unwrap_or("")
 }
 
-async fn switch(
+pub(crate) async fn switch(
     peers: &[String],
     auth: &ClusterAuth,
     tls: Option<&TlsConfig>,

@@ -18,6 +18,11 @@ pub enum Command {
     /// The master of `master_version`, which has stopped serving, names its successor: the term ends and the next one
     /// belongs to `new_master` at once, whose lease starts only from a renewal of its own.
     HandOver { master_version: u64, new_master: NodeId },
+    /// Where member (or member-to-be) `node` is reached: its peer endpoint and its mariadbd for clients. Recorded
+    /// in the log rather than in each node's config so that every member, and every member restarted or added
+    /// later, learns a new member's addresses from the same place, and so that a config edit can never change a
+    /// quorum: only [`paxsql_paxos::Value::Reconfigure`] changes who votes.
+    RecordMember { node: NodeId, peer: String, mariadb: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,12 +33,18 @@ pub enum CommandDecodeError {
     UnknownTag(u8),
     #[error("{0} trailing bytes after command")]
     TrailingBytes(usize),
+    #[error("an address in the command is not UTF-8")]
+    NotText,
 }
+
+/// Longest address a [`Command::RecordMember`] carries (a host name and a port fit many times over).
+pub const MAX_ADDRESS_BYTES: usize = 255;
 
 const TAG_CHANGE_MASTER: u8 = 1;
 const TAG_RENEW_LEASE: u8 = 2;
 const TAG_APPEND_BINLOG: u8 = 3;
 const TAG_HAND_OVER: u8 = 4;
+const TAG_RECORD_MEMBER: u8 = 5;
 
 impl Command {
     pub fn kind(&self) -> &'static str {
@@ -42,6 +53,7 @@ impl Command {
             Command::RenewLease { .. } => "renew_lease",
             Command::AppendBinlog { .. } => "append_binlog",
             Command::HandOver { .. } => "hand_over",
+            Command::RecordMember { .. } => "record_member",
         }
     }
 
@@ -73,6 +85,16 @@ impl Command {
                 out.push(TAG_HAND_OVER);
                 out.extend_from_slice(&master_version.to_le_bytes());
                 out.extend_from_slice(&new_master.to_le_bytes());
+            }
+            Command::RecordMember { node, peer, mariadb } => {
+                out.push(TAG_RECORD_MEMBER);
+                out.extend_from_slice(&node.to_le_bytes());
+                for text in [peer, mariadb] {
+                    // Longer addresses are refused where they are proposed; cut here, never wrapped around.
+                    let bytes = &text.as_bytes()[..text.len().min(MAX_ADDRESS_BYTES)];
+                    out.push(bytes.len() as u8);
+                    out.extend_from_slice(bytes);
+                }
             }
         }
         out
@@ -107,6 +129,16 @@ impl Command {
                 return Ok(Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events });
             }
             TAG_HAND_OVER => Command::HandOver { master_version: u64_of(take(8)?), new_master: u64_of(take(8)?) },
+            TAG_RECORD_MEMBER => {
+                let node = u64_of(take(8)?);
+                let mut text = || -> Result<String, CommandDecodeError> {
+                    let len = usize::from(take(1)?[0]);
+                    String::from_utf8(take(len)?.to_vec()).map_err(|_| CommandDecodeError::NotText)
+                };
+                let peer = text()?;
+                let mariadb = text()?;
+                Command::RecordMember { node, peer, mariadb }
+            }
             other => return Err(CommandDecodeError::UnknownTag(other)),
         };
         if pos != bytes.len() {
@@ -126,6 +158,8 @@ mod tests {
             Command::ChangeMaster { expected_version: 3, expected_lease_seq: 99, new_master: 2, proposed_at_ms: 12345 },
             Command::RenewLease { master_version: u64::MAX, proposed_at_ms: 0 },
             Command::HandOver { master_version: 9, new_master: 3 },
+            Command::RecordMember { node: 4, peer: "10.0.0.4:7101".into(), mariadb: "db4.example:3306".into() },
+            Command::RecordMember { node: 5, peer: String::new(), mariadb: String::new() },
             Command::AppendBinlog {
                 master_version: 7,
                 domain_id: 0,
@@ -155,5 +189,8 @@ mod tests {
         let mut long = Command::RenewLease { master_version: 1, proposed_at_ms: 1 }.encode();
         long.push(0);
         assert_eq!(Command::decode(&long), Err(CommandDecodeError::TrailingBytes(1)));
+        let mut bad = Command::RecordMember { node: 4, peer: "ab".into(), mariadb: String::new() }.encode();
+        bad[10] = 0xff;
+        assert_eq!(Command::decode(&bad), Err(CommandDecodeError::NotText));
     }
 }

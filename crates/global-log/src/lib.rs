@@ -12,4 +12,4 @@ mod state;
 
 pub use command::{Command, CommandDecodeError};
 pub use node::{GlobalLogConfig, GlobalLogError, GlobalLogNode, NodeReady, PeerMessage, VALUE_MESSAGE_MARGIN};
-pub use state::{Applied, LastGtid, RejectReason, ReplicatedState};
+pub use state::{Applied, LastGtid, MemberAddress, RejectReason, ReplicatedState};

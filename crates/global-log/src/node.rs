@@ -382,6 +382,15 @@ impl GlobalLogNode {
         Ok(())
     }
 
+    /// Records where `node` is reached, through the log, so that every member (and every member restarted or added
+    /// later) connects to it. Recording an address changes no quorum; only the master may propose it.
+    pub fn record_member(&mut self, node: NodeId, peer: String, mariadb: String) -> Result<(), GlobalLogError> {
+        self.require_master()?;
+        let cmd = Command::RecordMember { node, peer, mariadb };
+        self.paxos.propose(cmd.encode())?;
+        Ok(())
+    }
+
     /// Gives up the master role: stops renewing, so another member takes over once the lease runs out.
     pub fn resign(&mut self) {
         self.stop_serving();

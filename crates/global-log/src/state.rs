@@ -1,6 +1,8 @@
 //! [`ReplicatedState`]: what the global log means once applied. Deterministic: every member that applies the
 //! same chosen values reaches the same state and the same [`Applied`] effects.
 
+use std::collections::BTreeMap;
+
 use paxsql_paxos::{Instance, Membership, NodeId, Value};
 
 use crate::command::Command;
@@ -27,6 +29,18 @@ pub struct ReplicatedState {
     pub last_gtid: Option<LastGtid>,
     /// Binlog transactions appended since the log began.
     pub transactions: u64,
+    /// Addresses recorded through the log ([`Command::RecordMember`]), by node: members added after the log began
+    /// (and any whose address changed). The initial members' addresses come from each node's config.
+    pub addresses: BTreeMap<NodeId, MemberAddress>,
+}
+
+/// Where a member is reached, as recorded in the log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberAddress {
+    /// Its peer (Paxos and admin) endpoint.
+    pub peer: String,
+    /// Its mariadbd, for the other members' proxies while it is master.
+    pub mariadb: String,
 }
 
 /// Why a command was rejected (the same on every member).
@@ -75,6 +89,11 @@ pub enum Applied {
         instance: Instance,
         membership: Membership,
     },
+    MemberRecorded {
+        instance: Instance,
+        node: NodeId,
+        address: MemberAddress,
+    },
     Rejected {
         instance: Instance,
         kind: &'static str,
@@ -93,6 +112,7 @@ impl ReplicatedState {
             membership,
             last_gtid: None,
             transactions: 0,
+            addresses: BTreeMap::new(),
         }
     }
 
@@ -140,6 +160,7 @@ impl ReplicatedState {
                     Command::RenewLease { master_version, .. }
                     | Command::AppendBinlog { master_version, .. }
                     | Command::HandOver { master_version, .. } => *master_version,
+                    Command::RecordMember { .. } => self.master_version,
                 };
                 out.push(Applied::Rejected { instance, kind, master_version, reason });
             }
@@ -157,6 +178,11 @@ impl ReplicatedState {
                     self.transactions += last_seq - first_seq + 1;
                     let gtid_first = LastGtid { domain_id, server_id, seq_no: first_seq };
                     out.push(Applied::BinlogAppended { instance, master_version, gtid_first, last_seq, events });
+                }
+                Command::RecordMember { node, peer, mariadb } => {
+                    let address = MemberAddress { peer, mariadb };
+                    self.addresses.insert(node, address.clone());
+                    out.push(Applied::MemberRecorded { instance, node, address });
                 }
             },
         }
@@ -224,6 +250,8 @@ impl ReplicatedState {
                 }
                 Ok(())
             }
+            Command::RecordMember { node, .. } if *node == 0 => Err(RejectReason::NotAMember { node: 0 }),
+            Command::RecordMember { .. } => Ok(()),
         }
     }
 
@@ -233,13 +261,24 @@ impl ReplicatedState {
         for n in [self.applied, self.master_id, self.master_version, self.lease_seq, self.transactions] {
             out.extend_from_slice(&n.to_le_bytes());
         }
-        match self.last_gtid {
-            None => out.push(0),
-            Some(g) => {
-                out.push(1);
-                out.extend_from_slice(&g.domain_id.to_le_bytes());
-                out.extend_from_slice(&g.server_id.to_le_bytes());
-                out.extend_from_slice(&g.seq_no.to_le_bytes());
+        // Bit 0: a last GTID follows; bit 1: recorded addresses follow it (snapshots written before addresses were
+        // recorded have neither bit 1 nor the section, and still decode).
+        let with_addresses = !self.addresses.is_empty();
+        out.push(u8::from(self.last_gtid.is_some()) | (u8::from(with_addresses) << 1));
+        if let Some(g) = self.last_gtid {
+            out.extend_from_slice(&g.domain_id.to_le_bytes());
+            out.extend_from_slice(&g.server_id.to_le_bytes());
+            out.extend_from_slice(&g.seq_no.to_le_bytes());
+        }
+        if with_addresses {
+            out.extend_from_slice(&(self.addresses.len() as u32).to_le_bytes());
+            for (node, a) in &self.addresses {
+                out.extend_from_slice(&node.to_le_bytes());
+                for text in [&a.peer, &a.mariadb] {
+                    let bytes = &text.as_bytes()[..text.len().min(crate::command::MAX_ADDRESS_BYTES)];
+                    out.push(bytes.len() as u8);
+                    out.extend_from_slice(bytes);
+                }
             }
         }
         out
@@ -256,14 +295,34 @@ impl ReplicatedState {
         s.master_version = u64_at(16)?;
         s.lease_seq = u64_at(24)?;
         s.transactions = u64_at(32)?;
-        match data.get(40)? {
-            0 if data.len() == 41 => {}
-            1 if data.len() == 57 => {
-                s.last_gtid = Some(LastGtid { domain_id: u32_at(41)?, server_id: u32_at(45)?, seq_no: u64_at(49)? });
-            }
-            _ => return None,
+        let flags = *data.get(40)?;
+        if flags > 3 {
+            return None;
         }
-        Some(s)
+        let mut at = 41;
+        if flags & 1 != 0 {
+            s.last_gtid = Some(LastGtid { domain_id: u32_at(41)?, server_id: u32_at(45)?, seq_no: u64_at(49)? });
+            at = 57;
+        }
+        if flags & 2 == 0 {
+            return (at == data.len()).then_some(s);
+        }
+        let count = u32_at(at)?;
+        at += 4;
+        for _ in 0..count {
+            let node = u64_at(at)?;
+            at += 8;
+            let mut text = || -> Option<String> {
+                let len = usize::from(*data.get(at)?);
+                let text = String::from_utf8(data.get(at + 1..at + 1 + len)?.to_vec()).ok()?;
+                at += 1 + len;
+                Some(text)
+            };
+            let peer = text()?;
+            let mariadb = text()?;
+            s.addresses.insert(node, MemberAddress { peer, mariadb });
+        }
+        (at == data.len()).then_some(s)
     }
 }
 
@@ -342,9 +401,27 @@ mod tests {
         s.last_gtid = Some(LastGtid { domain_id: 2, server_id: 3, seq_no: 4 });
         s.master_version = 9;
         let enc = s.encode_snapshot();
-        assert_eq!(ReplicatedState::decode_snapshot(&enc, m.clone()), Some(s));
+        assert_eq!(ReplicatedState::decode_snapshot(&enc, m.clone()), Some(s.clone()));
         for cut in 0..enc.len() {
             assert_eq!(ReplicatedState::decode_snapshot(&enc[..cut], m.clone()), None);
+        }
+        let mut out = Vec::new();
+        let record = |node: u64, peer: &str| Command::RecordMember {
+            node,
+            peer: peer.into(),
+            mariadb: format!("db{node}.example:3306"),
+        };
+        s.apply(1, &batch(&[record(4, "10.0.0.4:7101"), record(5, "[::1]:7101"), record(0, "x:1")]), &mut out);
+        assert!(matches!(&out[0], Applied::MemberRecorded { node: 4, address, .. } if address.peer == "10.0.0.4:7101"));
+        assert!(matches!(out[2], Applied::Rejected { reason: RejectReason::NotAMember { node: 0 }, .. }));
+        assert_eq!(s.addresses.len(), 2);
+        for gtid in [None, s.last_gtid] {
+            s.last_gtid = gtid;
+            let enc = s.encode_snapshot();
+            assert_eq!(ReplicatedState::decode_snapshot(&enc, m.clone()), Some(s.clone()));
+            for cut in 0..enc.len() {
+                assert_eq!(ReplicatedState::decode_snapshot(&enc[..cut], m.clone()), None, "cut at {cut}");
+            }
         }
     }
 }

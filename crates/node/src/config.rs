@@ -283,8 +283,13 @@ pub struct NodeConfig {
     #[serde(default)]
     pub timing: Timing,
     pub listen: ListenConfig,
-    /// The initial membership (the same list on every node).
+    /// The initial membership (the same list on every node). Never edited to add or remove a member: that would
+    /// change no vote (only the log does) but give nodes different ideas of instance 1's quorum.
     pub members: Vec<MemberConfig>,
+    /// Other nodes' addresses, none of them in the initial membership: members added later (and this node itself,
+    /// when it is being added). Only where to reach them; who votes is in the log.
+    #[serde(default)]
+    pub peers: Vec<MemberConfig>,
     pub mariadb: MariaDbConfig,
     #[serde(default)]
     pub proxy: ProxySettings,
@@ -330,7 +335,7 @@ impl NodeConfig {
         }
         let mut ids = BTreeSet::new();
         let mut peers = BTreeSet::new();
-        for m in &self.members {
+        for m in self.known_members() {
             if m.id == 0 {
                 return bad("member id 0 is reserved".into());
             }
@@ -341,7 +346,7 @@ impl NodeConfig {
                 return bad(format!("peer address {} listed twice", m.peer));
             }
         }
-        if let Some(me) = self.members.iter().find(|m| m.id == self.node_id) {
+        if let Some(me) = self.known_members().find(|m| m.id == self.node_id) {
             if me.peer != self.listen.peer {
                 return bad(format!(
                     "listen.peer {} differs from this node's member entry {}",
@@ -366,6 +371,11 @@ impl NodeConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Every node this config names an address for: the initial members, then the other peers.
+    pub fn known_members(&self) -> impl Iterator<Item = &MemberConfig> {
+        self.members.iter().chain(&self.peers)
     }
 
     /// The profile's timing with this config's overrides.
@@ -518,6 +528,25 @@ admin_password_file = "/tmp/n1/admin.pw"
         assert!(NodeConfig::parse(&wrong_peer).is_err());
         let wan = GOOD.replace("data_dir", "profile = \"wan\"\ndata_dir");
         assert_eq!(NodeConfig::parse(&wan).unwrap().timing().lease_ms, 6000);
+    }
+
+    #[test]
+    fn a_node_being_added_names_itself_under_peers_and_keeps_the_initial_membership() {
+        let joining = GOOD
+            .replace("node_id = 1", "node_id = 4")
+            .replace("peer = \"127.0.0.1:7001\"\n\n[[members]]", "peer = \"127.0.0.1:7031\"\n\n[[members]]")
+            .replace(
+                "[mariadb]",
+                "[[peers]]\nid = 4\npeer = \"127.0.0.1:7031\"\nmariadb = \"127.0.0.1:33091\"\n\n[mariadb]",
+            );
+        let cfg = NodeConfig::parse(&joining).unwrap();
+        // Instance 1's quorum is the initial membership whoever reads it; node 4 votes only once the log says so.
+        assert_eq!(cfg.global_log_config().initial_membership.members.len(), 3);
+        assert_eq!(cfg.known_members().map(|m| m.id).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+        let twice = joining.replace("id = 4\npeer", "id = 3\npeer");
+        assert!(matches!(NodeConfig::parse(&twice), Err(ConfigError::Invalid(m)) if m.contains("listed twice")));
+        let wrong_port = joining.replace("peer = \"127.0.0.1:7031\"\nmariadb", "peer = \"127.0.0.1:7041\"\nmariadb");
+        assert!(matches!(NodeConfig::parse(&wrong_port), Err(ConfigError::Invalid(m)) if m.contains("differs")));
     }
 
     #[test]

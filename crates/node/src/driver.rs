@@ -9,7 +9,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, PeerMessage};
+use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, MemberAddress, PeerMessage};
 use paxsql_paxos::{Instance, Membership, NodeId, Role, Storage, StorageError, Value};
 use paxsql_paxos_store::RaftEngineStorage;
 use tokio::sync::{broadcast, oneshot, watch};
@@ -28,6 +28,10 @@ pub trait AppliedSink: Send {
 /// How the driver reaches other members. Must never block: drop instead (Paxos retransmits).
 pub trait Outbox: Send {
     fn send(&mut self, msg: PeerMessage);
+
+    /// Where `node` is reached from now on (an address recorded in the log). An address that cannot be used is
+    /// reported and ignored: the member stays unreachable until a usable one is recorded.
+    fn set_address(&mut self, node: NodeId, peer: &str);
 }
 
 /// What can be asked of the driver.
@@ -43,6 +47,12 @@ pub enum Input {
     },
     ChangeMembership {
         next: Membership,
+        reply: oneshot::Sender<Result<(), GlobalLogError>>,
+    },
+    /// Record where a member (or member-to-be) is reached ([`GlobalLogNode::record_member`]).
+    RecordMember {
+        node: NodeId,
+        address: MemberAddress,
         reply: oneshot::Sender<Result<(), GlobalLogError>>,
     },
     /// Progress of the local database (candidate preference).
@@ -82,6 +92,8 @@ pub struct NodeStatus {
     /// The global log's last GTID, `domain-server-seq` (empty before the first transaction).
     pub last_gtid: String,
     pub members: Vec<NodeId>,
+    /// Addresses recorded in the log (members added after it began, or moved).
+    pub addresses: Vec<(NodeId, MemberAddress)>,
     pub promised: String,
     /// Instances this node proposed as leader that are not chosen yet.
     pub proposals_in_flight: u64,
@@ -154,6 +166,13 @@ pub fn start(
     let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
     let (status_tx, status) = watch::channel(NodeStatus::default());
     let (applied, _) = broadcast::channel(65_536);
+    let mut outbox = outbox;
+    // Members recorded in the log before this start: the config names only the initial ones.
+    for (id, address) in &node.state().addresses {
+        if *id != node.id() {
+            outbox.set_address(*id, &address.peer);
+        }
+    }
     let mut d =
         Driver { node, store, outbox, sink, clock, status: status_tx, applied: applied.clone(), loopback: Vec::new() };
     let thread = std::thread::Builder::new()
@@ -265,7 +284,16 @@ impl Driver {
             }
             Input::ChangeMembership { next, reply } => {
                 self.node.tick(now);
-                let _ = reply.send(self.node.change_membership(next));
+                let result = self.node.change_membership(next.clone());
+                match &result {
+                    Ok(()) => tracing::info!(members = ?next.members, "proposing a membership change"),
+                    Err(e) => tracing::warn!(members = ?next.members, error = %e, "membership change refused"),
+                }
+                let _ = reply.send(result);
+            }
+            Input::RecordMember { node, address, reply } => {
+                self.node.tick(now);
+                let _ = reply.send(self.node.record_member(node, address.peer, address.mariadb));
             }
             Input::SetProgress(p) => self.node.set_progress(p),
             Input::SetEligible(e) => self.node.set_eligible(e),
@@ -303,6 +331,11 @@ impl Driver {
             // batches.
             for effect in r.applied {
                 log_effect(&effect);
+                if let Applied::MemberRecorded { node, address, .. } = &effect {
+                    if *node != me {
+                        self.outbox.set_address(*node, &address.peer);
+                    }
+                }
                 self.sink.apply(&effect);
                 let _ = self.applied.send(effect);
             }
@@ -398,6 +431,7 @@ impl Driver {
                 .map(|g| format!("{}-{}-{}", g.domain_id, g.server_id, g.seq_no))
                 .unwrap_or_default(),
             members: st.membership.members.iter().copied().collect(),
+            addresses: st.addresses.iter().map(|(n, a)| (*n, a.clone())).collect(),
             promised: self.node.paxos().promised().to_string(),
             proposals_in_flight: self.node.paxos().pending().0 as u64,
         };
@@ -419,6 +453,9 @@ fn log_effect(effect: &Applied) {
         }
         Applied::MembershipChanged { membership, instance } => {
             tracing::info!(members = ?membership.members, instance, "membership changed");
+        }
+        Applied::MemberRecorded { node, address, instance } => {
+            tracing::info!(node, peer = %address.peer, mariadb = %address.mariadb, instance, "member address recorded");
         }
         Applied::Restored { instance, last_gtid } => {
             let last_gtid = last_gtid.map(|g| format!("{}-{}-{}", g.domain_id, g.server_id, g.seq_no));

@@ -11,6 +11,7 @@ pub mod config;
 pub mod dir_lock;
 pub mod driver;
 pub mod mariadb;
+pub mod membership;
 pub mod rebuild;
 pub mod roles;
 pub mod runtime;

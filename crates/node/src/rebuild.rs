@@ -71,8 +71,10 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RebuildError {
 #[derive(Clone)]
 pub struct Donors {
     pub node_id: u64,
-    /// `(node id, peer address)`.
+    /// `(node id, peer address)` of the initial members, from the config.
     pub members: Vec<(u64, String)>,
+    /// The global log's status: the members added since (their addresses recorded in the log).
+    pub recorded: tokio::sync::watch::Receiver<crate::driver::NodeStatus>,
     pub auth: ClusterAuth,
     /// Mutual TLS of the peer port, when configured: a donor must prove it is the member asked.
     pub tls: Option<TlsConfig>,
@@ -82,6 +84,15 @@ impl Donors {
     /// An admin client of member `id` at `address`, over TLS when configured.
     pub fn endpoint(&self, id: u64, address: &str) -> Result<tonic::transport::Endpoint, String> {
         paxsql_peer_transport::peer_endpoint(self.tls.as_ref(), Some(id), address).map_err(|e| e.to_string())
+    }
+
+    /// Every known member's peer address: the log's record where it has one, else the config's.
+    fn addresses(&self) -> Vec<(u64, String)> {
+        let mut all: std::collections::BTreeMap<u64, String> = self.members.iter().cloned().collect();
+        for (id, a) in &self.recorded.borrow().addresses {
+            all.insert(*id, a.peer.clone());
+        }
+        all.into_iter().collect()
     }
 
     async fn client(&self, id: u64, address: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
@@ -100,7 +111,7 @@ impl Donors {
     async fn candidates(&self) -> Vec<(u64, String, bool)> {
         let mut ranked = Vec::new();
         let mut master = None;
-        for (id, url) in self.members.iter().filter(|(id, _)| *id != self.node_id) {
+        for (id, url) in self.addresses().iter().filter(|(id, _)| *id != self.node_id) {
             let Ok(mut client) = self.client(*id, url).await else { continue };
             let mut req = tonic::Request::new(StatusRequest {});
             req.set_timeout(Duration::from_secs(2));
@@ -141,6 +152,7 @@ pub async fn rebuild(
     db.kill9();
     let staging = sibling(&cfg.datadir, "rebuild");
     let mut last_error = None;
+    let mut copied_from = 0;
     for (donor, url, master) in candidates {
         if master {
             tracing::warn!(donor, "no replica can give a copy: rebuilding from the master's (node {donor})");
@@ -150,6 +162,7 @@ pub async fn rebuild(
         match copy_from(cfg, donors, (donor, master), &url, &staging, report).await {
             Ok(()) => {
                 last_error = None;
+                copied_from = donor;
                 break;
             }
             Err(e) => {
@@ -162,7 +175,7 @@ pub async fn rebuild(
         let _ = std::fs::remove_dir_all(&staging);
         return Err(e);
     }
-    report(RebuildProgress { phase: "preparing", ..Default::default() });
+    report(RebuildProgress { donor: copied_from, phase: "preparing", ..Default::default() });
     run_tool(
         Command::new(&cfg.mariabackup).arg("--prepare").arg(format!("--target-dir={}", staging.display())),
         "mariabackup --prepare",
@@ -179,7 +192,7 @@ pub async fn rebuild(
     std::fs::rename(&staging, &cfg.datadir).map_err(io(format!("cannot install {}", staging.display())))?;
     tracing::warn!(old = %kept.display(), position = %position, "new data directory installed; the old one is kept");
 
-    report(RebuildProgress { phase: "starting", ..Default::default() });
+    report(RebuildProgress { donor: copied_from, phase: "starting", ..Default::default() });
     db.start(Duration::from_secs(300)).await?;
     let mut statements = vec!["STOP SLAVE".to_string(), "RESET SLAVE ALL".to_string(), "RESET MASTER".to_string()];
     // The copy carries no binlog: its GTID state is where the copy was taken, so replication resumes after it and

@@ -342,6 +342,13 @@ async fn start_database(ctx: &Arc<RoleContext>) -> Current {
         }
         starting
     });
+    // A data directory without MariaDB's system schema holds no database at all: a node being added (or one whose
+    // directory was wiped) is provisioned with a copy of a member's, never initialised empty (an empty server
+    // would hold none of the accounts and data the log's first transactions were written over).
+    if !ctx.mariadb_config.datadir.join("mysql").is_dir() {
+        tracing::warn!(datadir = %ctx.mariadb_config.datadir.display(), "no database in the data directory: provisioning it from a member");
+        return Current::NeedsRebuild;
+    }
     let mut db = ctx.mariadb.lock().await;
     match db.start(Duration::from_secs(120)).await {
         Ok(()) => Current::Unknown,

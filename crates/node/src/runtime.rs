@@ -12,8 +12,8 @@ use paxsql_global_log::PeerMessage;
 use paxsql_paxos_store::RaftEngineStorage;
 use paxsql_peer_transport::pb::admin_server::{Admin, AdminServer};
 use paxsql_peer_transport::pb::{
-    BackupChunk, BackupRequest, ServingReply, ServingRequest, StatusReply, StatusRequest, SwitchoverReply,
-    SwitchoverRequest,
+    BackupChunk, BackupRequest, ChangeMembershipRequest, MembershipReply, RecordMemberRequest, ServingReply,
+    ServingRequest, StatusReply, StatusRequest, SwitchoverReply, SwitchoverRequest,
 };
 use paxsql_peer_transport::{
     ClusterAuth, ClusterSecret as WireSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, TransportConfig,
@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use crate::config::NodeConfig;
 use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
+use crate::membership::MembershipDesk;
 use crate::rebuild::{BackupDonor, Donors};
 use crate::roles::{self, LocalRole, RoleContext};
 use paxsql_admin_sql::{
@@ -56,11 +57,29 @@ pub enum NodeError {
     Other(String),
 }
 
-struct TransportOutbox(PeerClient);
+/// The peer links, driven from the driver's thread; new links are spawned on the node's runtime.
+struct TransportOutbox {
+    client: PeerClient,
+    runtime: tokio::runtime::Handle,
+    links: Links,
+}
 
 impl Outbox for TransportOutbox {
     fn send(&mut self, msg: PeerMessage) {
-        self.0.send(msg);
+        self.client.send(msg);
+    }
+
+    fn set_address(&mut self, node: u64, peer: &str) {
+        let _runtime = self.runtime.enter();
+        match self.client.set_peer(node, peer) {
+            Ok(()) => {
+                tracing::info!(node, peer, "peer address from the log");
+                if let (Some(sender), Ok(mut links)) = (self.client.sender(node), self.links.write()) {
+                    links.insert(node, sender.connected_flag());
+                }
+            }
+            Err(e) => tracing::error!(node, peer, error = %e, "the address recorded for this member cannot be used"),
+        }
     }
 }
 
@@ -133,18 +152,25 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let (serving_tx, serving) = watch::channel(None);
     // Operators' switchovers, carried out by the role controller (it owns the local database).
     let (switchover_tx, switchover_rx) = tokio::sync::mpsc::channel(4);
-    let admin_service =
-        AdminService { status: admin_status, donor: donor_slot, serving: serving.clone(), switchover: switchover_tx };
+    // Membership changes reach the driver, which starts below.
+    let (membership_tx, membership) = watch::channel(None);
+    let admin_service = AdminService {
+        status: admin_status,
+        donor: donor_slot,
+        serving: serving.clone(),
+        switchover: switchover_tx,
+        membership,
+    };
     let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
     // Relays too: the other members' RW ports reach this node's mariadbd through this port while it is master.
     let also = PeerPortServices { routes: Some(routes), relays: true };
     let (mut peer_server, mut peer_rx) = PeerServer::bind_serving(cfg.listen.peer, &tcfg, also).await?;
     let relays = peer_server.take_relays();
     let mut client = PeerClient::new(&tcfg)?;
-    for m in cfg.members.iter().filter(|m| m.id != cfg.node_id) {
+    for m in cfg.known_members().filter(|m| m.id != cfg.node_id) {
         client.set_peer(m.id, &m.peer.to_string())?;
     }
-    let links = client.peers().map(|p| (p.to(), p.connected_flag())).collect();
+    let links: Links = Arc::new(std::sync::RwLock::new(client.peers().map(|p| (p.to(), p.connected_flag())).collect()));
 
     // Global log, feeding the served binlog.
     let served = cfg.served_binlog.resolve(&cfg.data_dir);
@@ -153,8 +179,14 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     );
     let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
     let sink = Box::new(roles::ServedBinlogFeed(source.clone()));
-    let handle = driver::start(cfg.global_log_config(), store, Box::new(TransportOutbox(client)), sink)?;
+    let handle = driver::start(
+        cfg.global_log_config(),
+        store,
+        Box::new(TransportOutbox { client, runtime: tokio::runtime::Handle::current(), links: links.clone() }),
+        sink,
+    )?;
     let inbox = handle.inbox.clone();
+    membership_tx.send_replace(Some(MembershipDesk { inbox: inbox.clone(), status: handle.status.clone() }));
     let forward_inbox = inbox.clone();
     let forward = tokio::spawn(async move {
         while let Some(m) = peer_rx.recv().await {
@@ -201,7 +233,8 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         global_binlog: source.clone(),
         donors: Donors {
             node_id: cfg.node_id,
-            members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
+            members: cfg.known_members().map(|m| (m.id, m.peer.to_string())).collect(),
+            recorded: handle.status.clone(),
             auth: auth.clone(),
             tls: tcfg.tls.clone(),
         },
@@ -213,8 +246,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let local_mariadb = paxsql_proxy::Backend::Unix(cfg.mariadb.socket.clone());
     // Where the other nodes' proxies reach this mariadbd over TCP while it is the master.
     let local_mariadb_tcp = cfg
-        .members
-        .iter()
+        .known_members()
         .find(|m| m.id == cfg.node_id)
         .and_then(|m| m.mariadb)
         .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], cfg.mariadb.port)));
@@ -246,7 +278,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
     }
     let member_peers: std::collections::HashMap<u64, std::net::SocketAddr> =
-        cfg.members.iter().map(|m| (m.id, m.peer)).collect();
+        cfg.known_members().map(|m| (m.id, m.peer)).collect();
     let route_task = tokio::spawn(publish_routes(
         cfg.node_id,
         local_mariadb_tcp,
@@ -336,8 +368,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         replication_port: repl_port,
         proxy_rw: cfg.listen.proxy_rw.map(|a| a.to_string()),
         proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
-        members: cfg.members.iter().map(|m| (m.id, m.peer.to_string())).collect(),
-        member_mariadb: cfg.members.iter().filter_map(|m| Some((m.id, m.mariadb?.to_string()))).collect(),
+        configured: cfg
+            .known_members()
+            .map(|m| (m.id, (m.peer.to_string(), m.mariadb.map(|a| a.to_string()))))
+            .collect(),
         links,
     };
     let status_task = tokio::spawn(publish_status(
@@ -406,16 +440,38 @@ struct Endpoints {
     replication_port: u16,
     proxy_rw: Option<String>,
     proxy_ro: Option<String>,
-    members: Vec<(u64, String)>,
-    member_mariadb: std::collections::HashMap<u64, String>,
-    /// Whether this node's outgoing stream to each other member is open (the peer transport's own flag).
-    links: std::collections::HashMap<u64, Arc<std::sync::atomic::AtomicBool>>,
+    /// Peer and mariadbd addresses the config names, by node.
+    configured: std::collections::BTreeMap<u64, (String, Option<String>)>,
+    /// Whether this node's outgoing stream to each other node is open (the peer transport's own flag); links to
+    /// members added later join when the log records their address.
+    links: Links,
 }
+
+type Links = Arc<std::sync::RwLock<std::collections::HashMap<u64, Arc<std::sync::atomic::AtomicBool>>>>;
 
 impl Endpoints {
     /// A member this node reaches: itself, or one its peer link is connected to.
     fn reachable(&self, me: u64, id: u64) -> bool {
-        id == me || self.links.get(&id).is_some_and(|up| up.load(std::sync::atomic::Ordering::Relaxed))
+        id == me
+            || self
+                .links
+                .read()
+                .is_ok_and(|links| links.get(&id).is_some_and(|up| up.load(std::sync::atomic::Ordering::Relaxed)))
+    }
+
+    /// The current members with their peer and mariadbd addresses: the log's record where it has one (members
+    /// added later, or moved), else the config's.
+    fn members(&self, st: &NodeStatus) -> Vec<(u64, String, Option<String>)> {
+        st.members
+            .iter()
+            .map(|id| match st.addresses.iter().find(|(n, _)| n == id) {
+                Some((_, a)) => (*id, a.peer.clone(), Some(a.mariadb.clone()).filter(|m| !m.is_empty())),
+                None => {
+                    let (peer, mariadb) = self.configured.get(id).cloned().unwrap_or_default();
+                    (*id, peer, mariadb)
+                }
+            })
+            .collect()
     }
 }
 
@@ -446,11 +502,20 @@ fn route_for(
             "the master's lease is not current here (election in progress, or this node is cut off)",
         );
     }
-    match peers.get(&st.master_id) {
+    // The log's record first: a member added later, or one that moved, is known only there.
+    let recorded = st.addresses.iter().find(|(id, _)| *id == st.master_id).map(|(_, a)| a.peer.parse());
+    let addr = match recorded {
+        Some(Ok(addr)) => Some(addr),
+        Some(Err(_)) => {
+            return Route::no_master(format!("node {} is master but its recorded address is not usable", st.master_id))
+        }
+        None => peers.get(&st.master_id).copied(),
+    };
+    match addr {
         Some(addr) => Route::Master {
             node_id: st.master_id,
             master_version: st.master_version,
-            backend: Backend::Relay { node_id: st.master_id, addr: *addr },
+            backend: Backend::Relay { node_id: st.master_id, addr },
         },
         None => Route::no_master(format!("node {} is master but is not a configured member", st.master_id)),
     }
@@ -548,6 +613,32 @@ struct AdminService {
     donor: watch::Receiver<Option<(Arc<BackupDonor>, watch::Receiver<LocalRole>)>>,
     serving: watch::Receiver<Option<u64>>,
     switchover: tokio::sync::mpsc::Sender<crate::switchover::SwitchoverRequest>,
+    membership: watch::Receiver<Option<MembershipDesk>>,
+}
+
+impl AdminService {
+    /// Operators' changes come with the operator's certificate (or, without TLS, the cluster secret), never over
+    /// another member's link, and only the serving master carries them out.
+    fn operator_at_master<T>(&self, request: &tonic::Request<T>, what: &str) -> Result<(), tonic::Status> {
+        if let Some(paxsql_peer_transport::identity::PeerIdentity::Member(id)) =
+            paxsql_peer_transport::identity::caller(request)
+        {
+            tracing::warn!(caller = id, what, "refused an operator's request made with a member's certificate");
+            return Err(tonic::Status::permission_denied(format!("{what} is asked with the operator's certificate")));
+        }
+        if self.serving.borrow().is_none() {
+            let st = self.status.borrow();
+            return Err(tonic::Status::failed_precondition(format!(
+                "node {} does not serve as master; it sees node {} as master (term {})",
+                st.node_id, st.master_id, st.master_version
+            )));
+        }
+        Ok(())
+    }
+
+    fn membership_desk(&self) -> Result<MembershipDesk, tonic::Status> {
+        self.membership.borrow().clone().ok_or_else(|| tonic::Status::unavailable("the node is starting"))
+    }
 }
 
 #[tonic::async_trait]
@@ -557,21 +648,8 @@ impl Admin for AdminService {
         request: tonic::Request<SwitchoverRequest>,
     ) -> Result<tonic::Response<SwitchoverReply>, tonic::Status> {
         use crate::switchover::{SwitchoverError, SwitchoverRequest as Asked};
-        // An operator's tool (or, without TLS, whoever holds the cluster secret); never another member's link.
-        if let Some(paxsql_peer_transport::identity::PeerIdentity::Member(id)) =
-            paxsql_peer_transport::identity::caller(&request)
-        {
-            tracing::warn!(caller = id, "refused a switchover asked with a member's certificate");
-            return Err(tonic::Status::permission_denied("a switchover is asked with the operator's certificate"));
-        }
+        self.operator_at_master(&request, "a switchover")?;
         let req = request.into_inner();
-        if self.serving.borrow().is_none() {
-            let st = self.status.borrow();
-            return Err(tonic::Status::failed_precondition(format!(
-                "node {} does not serve as master; it sees node {} as master (term {})",
-                st.node_id, st.master_id, st.master_version
-            )));
-        }
         let drain_timeout =
             Duration::from_millis(if req.drain_timeout_ms == 0 { 5_000 } else { req.drain_timeout_ms.min(600_000) });
         let (reply, answer) = tokio::sync::oneshot::channel();
@@ -599,6 +677,26 @@ impl Admin for AdminService {
             drained_gtid: done.drained_gtid,
             drain_ms: done.drain.as_millis() as u64,
         }))
+    }
+
+    async fn record_member(
+        &self,
+        request: tonic::Request<RecordMemberRequest>,
+    ) -> Result<tonic::Response<MembershipReply>, tonic::Status> {
+        self.operator_at_master(&request, "a membership change")?;
+        let req = request.into_inner();
+        let reply = self.membership_desk()?.record(req.node_id, &req.peer, &req.mariadb).await?;
+        Ok(tonic::Response::new(reply))
+    }
+
+    async fn change_membership(
+        &self,
+        request: tonic::Request<ChangeMembershipRequest>,
+    ) -> Result<tonic::Response<MembershipReply>, tonic::Status> {
+        self.operator_at_master(&request, "a membership change")?;
+        let req = request.into_inner();
+        let reply = self.membership_desk()?.change(req.add, req.remove).await?;
+        Ok(tonic::Response::new(reply))
     }
 
     async fn status(&self, _: tonic::Request<StatusRequest>) -> Result<tonic::Response<StatusReply>, tonic::Status> {
@@ -704,6 +802,7 @@ async fn publish_status(
         if let Some(lag) = lag {
             details.insert("lag_transactions".to_string(), lag.to_string());
         }
+        let members = endpoints.members(&st);
         admin.send_replace(StatusReply {
             node_id: st.node_id,
             role: if serving_master { "master".into() } else { st.role.clone() },
@@ -713,10 +812,9 @@ async fn publish_status(
             applied_instance: st.applied,
             last_gtid: st.last_gtid.clone(),
             members: st.members.clone(),
-            peers: endpoints
-                .members
+            peers: members
                 .iter()
-                .map(|(id, addr)| paxsql_peer_transport::pb::PeerEndpoint {
+                .map(|(id, addr, _)| paxsql_peer_transport::pb::PeerEndpoint {
                     node_id: *id,
                     address: addr.clone(),
                     connected: *id != st.node_id && endpoints.reachable(st.node_id, *id),
@@ -743,13 +841,12 @@ async fn publish_status(
                 proposals_in_flight: st.proposals_in_flight,
                 promised_ballot: st.promised.clone(),
             },
-            members: endpoints
-                .members
+            members: members
                 .iter()
-                .map(|(id, peer)| MemberView {
+                .map(|(id, peer, mariadb)| MemberView {
                     node_id: *id,
                     peer: peer.clone(),
-                    mariadb: endpoints.member_mariadb.get(id).cloned(),
+                    mariadb: mariadb.clone(),
                     proxy_rw: mine(*id, &endpoints.proxy_rw),
                     proxy_ro: mine(*id, &endpoints.proxy_ro),
                     admin: None,
@@ -760,7 +857,7 @@ async fn publish_status(
             master: Some(st.master_id).filter(|m| *m != 0).map(|m| MasterView {
                 node_id: m,
                 master_version: st.master_version,
-                mariadb: endpoints.member_mariadb.get(&m).cloned(),
+                mariadb: members.iter().find(|(id, _, _)| *id == m).and_then(|(_, _, mariadb)| mariadb.clone()),
                 proxy_rw: mine(m, &endpoints.proxy_rw),
             }),
         });

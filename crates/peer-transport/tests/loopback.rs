@@ -276,6 +276,18 @@ impl pb::admin_server::Admin for StatusOnly {
     ) -> Result<tonic::Response<pb::SwitchoverReply>, tonic::Status> {
         Err(tonic::Status::failed_precondition("not the master"))
     }
+    async fn record_member(
+        &self,
+        _: tonic::Request<pb::RecordMemberRequest>,
+    ) -> Result<tonic::Response<pb::MembershipReply>, tonic::Status> {
+        Err(tonic::Status::failed_precondition("not the master"))
+    }
+    async fn change_membership(
+        &self,
+        _: tonic::Request<pb::ChangeMembershipRequest>,
+    ) -> Result<tonic::Response<pb::MembershipReply>, tonic::Status> {
+        Err(tonic::Status::failed_precondition("not the master"))
+    }
 }
 
 fn envelopes(items: Vec<pb::PeerEnvelope>) -> impl futures_util::Stream<Item = pb::PeerEnvelope> {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use paxsql_global_log::{Applied, LastGtid};
+use paxsql_global_log::{Applied, LastGtid, ReplicatedState};
 use paxsql_paxos::{Instance, NodeId, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,9 +34,29 @@ pub struct Checker {
     last_seq: BTreeMap<NodeId, u64>,
     /// Transactions a master acknowledged to its client, by sequence number.
     acked: BTreeMap<u64, Vec<u8>>,
+    /// The replicated state as first seen at each applied instance.
+    states: BTreeMap<Instance, ReplicatedState>,
 }
 
 impl Checker {
+    /// State-machine determinism: every node that has applied the log up to the same instance holds the same state
+    /// (master, lease sequence, membership, last GTID, recorded addresses), however it got there — applying values,
+    /// restarting from its own snapshot or installing a member's.
+    pub fn state(&mut self, at_ms: u64, node: NodeId, state: &ReplicatedState) -> Result<(), Violation> {
+        match self.states.get(&state.applied) {
+            None => {
+                self.states.insert(state.applied, state.clone());
+                Ok(())
+            }
+            Some(first) if first == state => Ok(()),
+            Some(first) => Err(Violation {
+                at_ms,
+                invariant: "same state at the same instance",
+                detail: format!("node {node} at instance {} holds {state:?}; first seen {first:?}", state.applied),
+            }),
+        }
+    }
+
     pub fn acked(&self) -> &BTreeMap<u64, Vec<u8>> {
         &self.acked
     }

@@ -251,6 +251,7 @@ impl Simulation {
             }
             self.handle(event)?;
             self.check_leases()?;
+            self.check_states()?;
             if let Some(healed) = self.healed_at {
                 if self.converged() {
                     self.stats.liveness_ms = Some(self.now - healed);
@@ -496,6 +497,15 @@ impl Simulation {
         format!("n{id}:i{}:", self.nodes.get(&id).map_or(0, |n| n.incarnation))
     }
 
+    fn check_states(&mut self) -> Result<(), Violation> {
+        for (id, n) in &self.nodes {
+            if let Some(node) = n.node.as_ref() {
+                self.checker.state(self.now, *id, node.state())?;
+            }
+        }
+        Ok(())
+    }
+
     fn check_leases(&self) -> Result<(), Violation> {
         let holders: Vec<(NodeId, u64)> = self
             .nodes
@@ -666,6 +676,10 @@ impl Simulation {
             return;
         }
         if let Some(node) = self.nodes.get_mut(&master).and_then(|n| n.node.as_mut()) {
+            // As an operator's tool does: where the new member is reached goes into the log before it may vote.
+            for added in next.members.difference(&current.members) {
+                let _ = node.record_member(*added, format!("10.0.0.{added}:7101"), format!("10.0.0.{added}:3306"));
+            }
             if node.change_membership(next.clone()).is_ok() {
                 self.stats.reconfigurations += 1;
                 self.log(|| format!("chaos: node {master} proposes membership {:?}", next.members));
