@@ -33,7 +33,7 @@ fn command(netns: &Option<String>, program: impl AsRef<std::ffi::OsStr>) -> Comm
     }
 }
 
-fn require_mariadb() {
+pub fn require_mariadb() {
     for tool in ["mariadbd", "mariadb", "mariadb-install-db"] {
         let found = Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().map(|o| o.status.success());
         assert!(found.unwrap_or(false), "{tool} is missing: run deploy/install-deps.sh");

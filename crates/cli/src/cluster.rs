@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::pki::{client_holder, ClusterPki};
 
+pub(crate) mod hosts;
 pub(crate) mod membership;
 mod restart;
 
@@ -267,12 +268,20 @@ pub(crate) fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn my_cnf(n: &NodeLayout) -> String {
+/// Who mariadbd runs as: root for a local cluster (whoever runs `cluster up`), `mysql` on a host (`paxsql init`).
+fn my_cnf(n: &NodeLayout, run_as: &str) -> String {
     let d = n.dir.display();
+    // The node's relay reaches a master's mariadbd from the node's own address, and sends the client's with the
+    // PROXY protocol: that address must be trusted (loopback always is).
+    let proxy_networks = if n.host.starts_with("127.") {
+        "127.0.0.0/8,localhost".to_string()
+    } else {
+        format!("127.0.0.0/8,localhost,{}", n.host)
+    };
     format!(
-        "# Written by `paxsql cluster up`. Recipe: docs/ARCHITECTURE.md §3 (docs/evidence/mariadb-config.md).\n\
+        "# Written by paxsql (`cluster up`, `init`). Recipe: docs/ARCHITECTURE.md §3 (docs/evidence/mariadb-config.md).\n\
          [mariadbd]\n\
-         user=root\n\
+         user={run_as}\n\
          bind-address={host}\n\
          port={port}\n\
          socket={d}/run/mysqld.sock\n\
@@ -293,7 +302,7 @@ fn my_cnf(n: &NodeLayout) -> String {
          skip-name-resolve\n\
          # The proxies pass the client's address with the PROXY protocol (docs/ARCHITECTURE.md §7); connections without the\n\
          # header from these networks are still accepted (the node's own, verified on 10.11).\n\
-         proxy_protocol_networks=127.0.0.0/8,localhost\n\
+         proxy_protocol_networks={proxy_networks}\n\
          # Every node starts as a read-only replica; the node promotes the master (SET GLOBAL at promotion).\n\
          read_only=ON\n\
          # read_only does not bind READ ONLY ADMIN (root, DBAs): a server that is not the master refuses every login\n\
@@ -331,7 +340,7 @@ fn node_toml(
     let d = n.dir.display();
     let s = dir.join("secrets");
     let mut out = format!(
-        "# Written by `paxsql cluster up`.\n\
+        "# Written by paxsql (`cluster up`, `init`).\n\
          node_id = {id}\n\
          cluster_id = \"{cluster_id}\"\n\
          cluster_secret_file = \"{s}/cluster.secret\"\n\
@@ -431,7 +440,6 @@ fn init_mariadb(n: &NodeLayout, admin_pw: &str, repl_pw: &str, app_pw: &str, app
     for sub in ["data", "run", "log", "tmp", "node"] {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(n.dir.join(sub))?;
     }
-    fs::write(n.dir.join("my.cnf"), my_cnf(n))?;
     let out = Command::new("mariadb-install-db")
         .arg(format!("--defaults-file={}", n.dir.join("my.cnf").display()))
         .arg("--auth-root-authentication-method=normal")
@@ -572,6 +580,8 @@ fn up(
     write_secret(&dir.join("cluster.json"), &serde_json::to_string_pretty(&file)?)?;
     for n in &nodes {
         eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(&n.dir)?;
+        fs::write(n.dir.join("my.cnf"), my_cnf(n, "root"))?;
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
         let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{}", n.id)));
         let client_tls = pki.as_ref().map(|p| p.tls(&client_holder(n.id)));

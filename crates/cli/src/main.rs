@@ -44,6 +44,33 @@ enum Command {
         #[command(flatten)]
         how: SwitchoverArgs,
     },
+    /// Write the files of a cluster on 3 or 5 hosts: one bundle per host (node.toml, my.cnf, secrets, its
+    /// certificates) to copy to its /var/lib/paxsql, and the operator's files (CA, operator certificate, secret).
+    Init {
+        /// Each host's IP address, node 1 first.
+        #[arg(long, value_delimiter = ',', required = true)]
+        hosts: Vec<String>,
+        /// An empty directory for the bundles.
+        #[arg(long)]
+        out: PathBuf,
+        /// The configs name the bundles' own paths (several hosts on one machine, e.g. in network namespaces).
+        #[arg(long)]
+        in_place: bool,
+        #[arg(long)]
+        cluster_id: Option<String>,
+        /// The account mariadbd runs as and the files belong to.
+        #[arg(long, default_value = "mysql")]
+        run_as: String,
+        /// Refuse clients that do not use TLS on the RW, RO and admin ports (offered either way).
+        #[arg(long)]
+        require_tls: bool,
+    },
+    /// Prepare this host before its node starts (run as root; the systemd unit does, before every start): the
+    /// directories the node and mariadbd write, and on the first host the database with its accounts.
+    InitHost {
+        #[arg(long, default_value = cluster::hosts::HOST_ROOT)]
+        dir: PathBuf,
+    },
     /// Add, remove or replace a voting member of a running cluster, online, one member at a time.
     Member {
         #[command(flatten)]
@@ -222,6 +249,10 @@ fn main() -> ExitCode {
             status::run(&cluster.peers, &cluster.cluster_id, &cluster.secret_file, cluster.tls().as_ref(), json)
         }
         Command::Member { cluster, change } => run_member(&cluster, &change),
+        Command::Init { hosts, out, in_place, cluster_id, run_as, require_tls } => {
+            cluster::hosts::init(&cluster::hosts::InitPlan { hosts, out, in_place, cluster_id, run_as, require_tls })
+        }
+        Command::InitHost { dir } => cluster::hosts::init_host(&dir),
         Command::Switchover { cluster, how } => status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)
             .and_then(|auth| switchover::run(&cluster.peers, &auth, cluster.tls().as_ref(), &how.request())),
     };

@@ -80,7 +80,7 @@ fn prepare_node(dir: &Path, file: &mut ClusterFile) -> anyhow::Result<NewMember>
     for sub in ["run", "log", "tmp", "node"] {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(n.dir.join(sub))?;
     }
-    fs::write(n.dir.join("my.cnf"), my_cnf(&n))?;
+    fs::write(n.dir.join("my.cnf"), my_cnf(&n, "root"))?;
     let pki = file.tls.then(|| ClusterPki::at(&dir.join("tls")));
     if let Some(pki) = &pki {
         pki.add_member(&file.cluster_id, id, &n.host)?;

@@ -1,0 +1,243 @@
+//! A cluster on several hosts. `paxsql init --hosts A,B,C --out DIR` writes one bundle per host (`DIR/node-N/`, to
+//! be copied to that host's `/var/lib/paxsql`): `node.toml`, `my.cnf`, the secrets (0600) and the host's
+//! certificates; and `DIR/operator/` with what an operator's tools need (the CA and its key, the operator's
+//! certificate, the cluster secret, the application password, the peers). `paxsql init-host --dir
+//! /var/lib/paxsql`, run as root before every start of the node (deploy/systemd/paxsql-node.service runs it as
+//! `ExecStartPre`), makes the directories the node and mariadbd write, owned by the account mariadbd runs as, and
+//! on the first host only (the bundle carries a `bootstrap` marker) initialises the database with the accounts.
+//! The other hosts start with an empty data directory and get a copy of a member's database, as a node added later
+//! does. Every host runs the same ports: RW 3306, RO 3307, mariadbd 3316, peer 7100, replication 7101 (for the
+//! local mariadbd), admin SQL 7102, metrics 7105.
+
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use paxsql_peer_transport::TlsConfig;
+
+use super::{init_mariadb, my_cnf, node_toml, random_secret, write_secret, NodeLayout};
+use crate::pki::{client_holder, ClusterPki};
+
+/// Where a host's bundle is installed unless `--in-place`.
+pub const HOST_ROOT: &str = "/var/lib/paxsql";
+
+/// What `paxsql init` is asked to write.
+pub struct InitPlan {
+    /// Each host's address, node 1 first: every endpoint of its node binds it.
+    pub hosts: Vec<String>,
+    pub out: PathBuf,
+    /// The configs name the bundle's own paths (for trying several "hosts" on one machine, in network
+    /// namespaces): nothing to copy.
+    pub in_place: bool,
+    pub cluster_id: Option<String>,
+    /// The account mariadbd runs as (and owns the files).
+    pub run_as: String,
+    /// TLS on the client ports required of every client (it is offered either way; peers always use mutual TLS).
+    pub require_tls: bool,
+}
+
+const SECRETS: [&str; 5] =
+    ["cluster.secret", "admin.password", "replication.password", "admin_sql.password", "app.password"];
+
+fn layout(id: u64, host: &str, root: &Path) -> NodeLayout {
+    NodeLayout {
+        id,
+        host: host.to_string(),
+        mariadb_port: 3316,
+        peer_port: 7100,
+        replication_port: 7101,
+        admin_port: 7102,
+        proxy_rw_port: 3306,
+        proxy_ro_port: 3307,
+        dir: root.to_path_buf(),
+    }
+}
+
+/// `host:port`, with brackets around an IPv6 address.
+fn address(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+pub fn init(plan: &InitPlan) -> anyhow::Result<()> {
+    if ![3, 5].contains(&plan.hosts.len()) {
+        bail!("--hosts must name 3 or 5 hosts (got {})", plan.hosts.len());
+    }
+    for h in &plan.hosts {
+        h.parse::<std::net::IpAddr>().with_context(|| format!("--hosts: {h:?} is not an IP address"))?;
+    }
+    if plan.out.exists() && fs::read_dir(&plan.out)?.next().is_some() {
+        bail!("{} is not empty: choose a new directory for the bundles", plan.out.display());
+    }
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&plan.out)?;
+    let out = plan.out.canonicalize()?;
+    let cluster_id = plan.cluster_id.clone().unwrap_or_else(|| format!("paxsql-{}", random_secret(8).to_lowercase()));
+    let secrets: Vec<(&str, String)> =
+        SECRETS.iter().map(|name| (*name, random_secret(if *name == "cluster.secret" { 40 } else { 24 }))).collect();
+    let operator = out.join("operator");
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(operator.join("tls"))?;
+    let pki = ClusterPki::at(&operator.join("tls"));
+    let members: Vec<(u64, String)> = plan.hosts.iter().enumerate().map(|(i, h)| (i as u64 + 1, h.clone())).collect();
+    pki.create(&cluster_id, &members).context("cannot create the cluster's certificates")?;
+    let roots: Vec<PathBuf> = (1..=members.len())
+        .map(|id| if plan.in_place { out.join(format!("node-{id}")) } else { PathBuf::from(HOST_ROOT) })
+        .collect();
+    let all: Vec<NodeLayout> = members.iter().map(|(id, h)| layout(*id, h, &roots[*id as usize - 1])).collect();
+    for n in &all {
+        let bundle = out.join(format!("node-{}", n.id));
+        fs::DirBuilder::new().mode(0o700).create(&bundle)?;
+        fs::DirBuilder::new().mode(0o700).create(bundle.join("secrets"))?;
+        fs::DirBuilder::new().mode(0o700).create(bundle.join("tls"))?;
+        for (name, value) in &secrets {
+            write_secret(&bundle.join("secrets").join(name), value)?;
+        }
+        // The host's own certificates only (never the CA key), named as the config names them.
+        let installed = |holder: &str| {
+            let t = pki.tls(holder);
+            let at = |p: &Path| n.dir.join("tls").join(p.file_name().unwrap_or_default());
+            TlsConfig { cert: at(&t.cert), key: at(&t.key), ca: at(&t.ca) }
+        };
+        for holder in [format!("node-{}", n.id), client_holder(n.id)] {
+            let from = pki.tls(&holder);
+            fs::copy(&from.cert, bundle.join("tls").join(from.cert.file_name().unwrap_or_default()))?;
+            let key = fs::read_to_string(&from.key)?;
+            write_secret(&bundle.join("tls").join(from.key.file_name().unwrap_or_default()), key.trim_end())?;
+            fs::remove_file(&from.key)?;
+        }
+        fs::copy(pki.ca(), bundle.join("tls/ca.pem"))?;
+        let node_tls = installed(&format!("node-{}", n.id));
+        let client_tls = installed(&client_holder(n.id));
+        fs::write(bundle.join("my.cnf"), my_cnf(n, &plan.run_as))?;
+        fs::write(
+            bundle.join("node.toml"),
+            node_toml(n, &all, &[], &n.dir, &cluster_id, Some(&node_tls), Some((&client_tls, plan.require_tls))),
+        )?;
+        if n.id == 1 {
+            fs::write(
+                bundle.join("bootstrap"),
+                "paxsql init-host initialises this host's database once (the accounts), then removes this file.\n",
+            )?;
+        }
+    }
+    for (name, value) in &secrets {
+        if ["cluster.secret", "app.password"].contains(name) {
+            write_secret(&operator.join(name), value)?;
+        }
+    }
+    let peers: Vec<String> = all.iter().map(|n| address(&n.host, n.peer_port)).collect();
+    let rw: Vec<String> = all.iter().map(|n| address(&n.host, n.proxy_rw_port)).collect();
+    let about = serde_json::json!({
+        "cluster_id": cluster_id,
+        "peers": peers,
+        "rw_endpoints": rw,
+        "app_user": "app",
+        "app_database": "app",
+        "host_root": if plan.in_place { serde_json::Value::Null } else { HOST_ROOT.into() },
+    });
+    fs::write(operator.join("cluster.json"), serde_json::to_string_pretty(&about)?)?;
+    let o = operator.display();
+    println!("paxsql cluster {cluster_id}: bundles for {} hosts in {}", all.len(), out.display());
+    for n in &all {
+        if plan.in_place {
+            println!("  node {} ({}): {}/node-{}", n.id, n.host, out.display(), n.id);
+        } else {
+            println!(
+                "  node {} ({}): copy {}/node-{}/ to {HOST_ROOT}/ on that host (e.g. rsync -a), then `systemctl enable --now paxsql-node`",
+                n.id,
+                n.host,
+                out.display(),
+                n.id
+            );
+        }
+    }
+    println!(
+        "Every host: install MariaDB 10.11 and paxsql, and deploy/systemd/paxsql-node.service; open the firewall:"
+    );
+    println!("  from clients: 3306 (RW), 3307 (RO), 7102 (admin SQL); between the hosts: 7100 (peer); metrics: 7105");
+    println!(
+        "Status: paxsql status --peers {} --cluster-id {cluster_id} --secret-file {o}/cluster.secret --tls-ca {o}/tls/ca.pem --tls-cert {o}/tls/operator.pem --tls-key {o}/tls/operator.key",
+        peers.join(",")
+    );
+    println!("Clients: user app, database app, password in {o}/app.password; verify with --ssl-verify-server-cert --ssl-ca {o}/tls/ca.pem");
+    println!("Keep {o}/tls/ca.key offline: it certifies nodes added later.");
+    Ok(())
+}
+
+/// Makes `root`'s directories the node and mariadbd write (0700, owned by the account in `root/my.cnf`), and
+/// initialises the database where the bundle says so. Idempotent: run before every start.
+pub fn init_host(root: &Path) -> anyhow::Result<()> {
+    let cnf = root.join("my.cnf");
+    let text = fs::read_to_string(&cnf).with_context(|| format!("cannot read {}", cnf.display()))?;
+    let run_as = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("user="))
+        .map(str::trim)
+        .ok_or_else(|| anyhow::anyhow!("{} names no user= for mariadbd", cnf.display()))?
+        .to_string();
+    let cfg = paxsql_node::config::NodeConfig::load(&root.join("node.toml"))?;
+    let bootstrap = root.join("bootstrap");
+    let initialise = bootstrap.exists() && !root.join("data/mysql").is_dir();
+    let mut subdirs = vec!["run", "log", "tmp", "node"];
+    if initialise {
+        subdirs.push("data");
+    }
+    for sub in &subdirs {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(root.join(sub))?;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 && run_as != "root" {
+        let (uid, gid) = account(&run_as)?;
+        chown_tree(root, uid, gid)?;
+    }
+    if initialise {
+        let pw = |name: &str| -> anyhow::Result<String> {
+            let path = root.join("secrets").join(name);
+            Ok(fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .trim_end()
+                .to_string())
+        };
+        let n = NodeLayout {
+            id: cfg.node_id,
+            host: cfg.listen.peer.ip().to_string(),
+            mariadb_port: cfg.mariadb.port,
+            peer_port: cfg.listen.peer.port(),
+            replication_port: 0,
+            admin_port: 0,
+            proxy_rw_port: 0,
+            proxy_ro_port: 0,
+            dir: root.to_path_buf(),
+        };
+        eprintln!("init-host: initialising the database of node {} in {}/data", n.id, root.display());
+        init_mariadb(&n, &pw("admin.password")?, &pw("replication.password")?, &pw("app.password")?, "app")?;
+        fs::remove_file(&bootstrap)?;
+    } else if !root.join("data/mysql").is_dir() {
+        eprintln!("init-host: no database here: the node provisions it with a copy of a member's");
+    }
+    Ok(())
+}
+
+fn account(name: &str) -> anyhow::Result<(u32, u32)> {
+    let c = std::ffi::CString::new(name)?;
+    // SAFETY: getpwnam reads the passwd database; the pointer it returns is read at once, before any other call.
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        bail!("no account {name:?} on this host (install mariadb-server, which creates `mysql`)");
+    }
+    // SAFETY: non-null, from getpwnam just above.
+    Ok(unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+}
+
+fn chown_tree(path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).with_context(|| format!("chown {}", path.display()))?;
+    if path.is_dir() && !path.is_symlink() {
+        for entry in fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
