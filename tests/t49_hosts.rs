@@ -6,8 +6,9 @@
 //! Checked: a master is elected; the first host initialised its database and the others were provisioned with a
 //! copy of it; a client verifying the server certificate against the cluster CA writes through host 2's RW port
 //! and reads it back on host 3's RO port; `paxsql status` with the operator's files sees three members; every TCP
-//! listener of a host is on its own address or loopback (nothing on a wildcard); after kill -9 of the master's
-//! node and mariadbd another host serves writes. Every process and namespace is removed at the end.
+//! listener of a host is on its own address or loopback (nothing on a wildcard); a fourth host gets its bundle from
+//! `paxsql init --add-host`, starts the same way and becomes a member with `paxsql member add`; after kill -9 of
+//! the master's node and mariadbd another host serves writes. Every process and namespace is removed at the end.
 
 mod common;
 
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::{alive, kill9, paxsql, read_pid};
 
-const HOSTS: [&str; 3] = ["10.231.0.1", "10.231.0.2", "10.231.0.3"];
+/// Three hosts for the cluster, a fourth added later.
+const HOSTS: [&str; 4] = ["10.231.0.1", "10.231.0.2", "10.231.0.3", "10.231.0.4"];
 
 struct Hosts {
     prefix: String,
@@ -114,26 +116,31 @@ impl Hosts {
         self.dir.path().join("operator").join(file)
     }
 
-    /// `paxsql status --json` from host 1, with the operator's files.
-    fn status(&self) -> serde_json::Value {
+    /// `paxsql <command> --peers … --cluster-id … --secret-file … --tls-*` with the operator's files, from host
+    /// `from`.
+    fn operator_cmd(&self, from: usize, command: &[&str]) -> Command {
         let about: serde_json::Value =
             serde_json::from_slice(&std::fs::read(self.operator("cluster.json")).expect("operator/cluster.json"))
                 .expect("json");
         let peers: Vec<&str> = about["peers"].as_array().expect("peers").iter().filter_map(|p| p.as_str()).collect();
-        let out = self
-            .in_ns(1, paxsql())
-            .args(["status", "--json", "--peers", &peers.join(","), "--cluster-id"])
+        let mut cmd = self.in_ns(from, paxsql());
+        cmd.args(command)
+            .args(["--peers", &peers.join(","), "--cluster-id"])
             .arg(about["cluster_id"].as_str().expect("cluster id"))
             .arg("--secret-file")
-            .arg(self.operator("cluster.secret"))
+            .arg(self.operator("secrets/cluster.secret"))
             .arg("--tls-ca")
             .arg(self.operator("tls/ca.pem"))
             .arg("--tls-cert")
             .arg(self.operator("tls/operator.pem"))
             .arg("--tls-key")
-            .arg(self.operator("tls/operator.key"))
-            .output()
-            .expect("paxsql status");
+            .arg(self.operator("tls/operator.key"));
+        cmd
+    }
+
+    /// `paxsql status --json` from host 1.
+    fn status(&self) -> serde_json::Value {
+        let out = self.operator_cmd(1, &["status", "--json"]).output().expect("paxsql status");
         serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
     }
 
@@ -151,7 +158,7 @@ impl Hosts {
     /// SQL as the application account from inside host `from`, to `host:port`, verifying the server's
     /// certificate against the cluster CA and the address dialled.
     fn sql(&self, from: usize, to: &str, port: u16, sql: &str) -> Result<String, String> {
-        let pw = std::fs::read_to_string(self.operator("app.password")).expect("app password");
+        let pw = std::fs::read_to_string(self.operator("secrets/app.password")).expect("app password");
         let out = self
             .in_ns(from, "mariadb")
             .args([&format!("-h{to}"), &format!("-P{port}"), "-uapp", "-N", "-B", "--connect-timeout=5"])
@@ -186,7 +193,7 @@ impl Hosts {
 
     fn logs(&self) -> String {
         let mut s = String::new();
-        for n in 1..=3 {
+        for n in 1..=HOSTS.len() {
             for f in ["log/node.log", "log/mariadbd.err"] {
                 let text = std::fs::read_to_string(self.root(n).join(f)).unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
@@ -199,7 +206,7 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        for n in 1..=3 {
+        for n in 1..=HOSTS.len() {
             if let Some(mut c) = self.nodes.get_mut(n - 1).and_then(Option::take) {
                 // SAFETY: signalling the node this test started (it kills its mariadbd itself).
                 unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
@@ -214,7 +221,7 @@ impl Drop for Hosts {
                 kill9(pid);
             }
         }
-        for n in 1..=3 {
+        for n in 1..=HOSTS.len() {
             ip(&["netns", "del", &self.ns(n)]);
         }
         ip(&["netns", "del", &format!("{}-sw", self.prefix)]);
@@ -246,7 +253,7 @@ fn three_hosts_run_from_the_generated_files() {
     // The mysql account walks to the bundles, as it does to /var/lib/paxsql.
     std::fs::set_permissions(h.dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
     let out = Command::new(paxsql())
-        .args(["init", "--hosts", &HOSTS.join(","), "--in-place", "--out"])
+        .args(["init", "--hosts", &HOSTS[..3].join(","), "--in-place", "--out"])
         .arg(h.dir.path())
         .output()
         .expect("paxsql init");
@@ -302,6 +309,32 @@ fn three_hosts_run_from_the_generated_files() {
             );
         }
     }
+
+    eprintln!("phase: a fourth host joins");
+    let out = Command::new(paxsql())
+        .args(["init", "--add-host", HOSTS[3], "--out"])
+        .arg(h.dir.path())
+        .output()
+        .expect("paxsql init --add-host");
+    assert!(out.status.success(), "init --add-host: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!h.root(4).join("bootstrap").exists(), "an added host must not initialise a database");
+    h.start(4);
+    let out = h
+        .operator_cmd(1, &["member", "add", "--json"])
+        .args(["--new-node", "4", "--new-peer", &format!("{}:7100", HOSTS[3])])
+        .args(["--new-mariadb", &format!("{}:3316", HOSTS[3]), "--catch-up-timeout", "120"])
+        .output()
+        .expect("paxsql member add");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "member add: {}\n{}", String::from_utf8_lossy(&out.stderr), h.logs());
+    let st = h.status();
+    assert_eq!(st["nodes"][0]["members"].as_array().map(Vec::len), Some(4), "{st}");
+    h.eventually(
+        "read on host 4's RO port",
+        Duration::from_secs(30),
+        || h.sql(4, HOSTS[3], 3307, "SELECT host FROM hosts WHERE id = 1"),
+        "via host 2",
+    );
 
     eprintln!("phase: kill -9 of the master's node and mariadbd");
     h.kill9(m as usize);

@@ -48,9 +48,13 @@ enum Command {
     /// certificates) to copy to its /var/lib/paxsql, and the operator's files (CA, operator certificate, secret).
     Init {
         /// Each host's IP address, node 1 first.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present = "add_host", conflicts_with = "add_host")]
         hosts: Vec<String>,
-        /// An empty directory for the bundles.
+        /// Write the bundle of one more host into `--out` (made by `paxsql init` earlier), to add it to the
+        /// running cluster with `paxsql member add`.
+        #[arg(long)]
+        add_host: Option<String>,
+        /// An empty directory for the bundles (with --add-host: the one `paxsql init` wrote).
         #[arg(long)]
         out: PathBuf,
         /// The configs name the bundles' own paths (several hosts on one machine, e.g. in network namespaces).
@@ -73,8 +77,6 @@ enum Command {
     },
     /// Add, remove or replace a voting member of a running cluster, online, one member at a time.
     Member {
-        #[command(flatten)]
-        cluster: ClusterAddress,
         #[command(subcommand)]
         change: MemberCommand,
     },
@@ -132,12 +134,16 @@ enum MemberCommand {
     /// config naming the initial members, and itself under `peers`).
     Add {
         #[command(flatten)]
+        cluster: ClusterAddress,
+        #[command(flatten)]
         new: NewMemberArgs,
         #[command(flatten)]
         patience: PatienceArgs,
     },
     /// Take a member out of the membership (a master is switched over first); stop its process afterwards.
     Remove {
+        #[command(flatten)]
+        cluster: ClusterAddress,
         #[arg(long)]
         node: u64,
         #[arg(long)]
@@ -145,6 +151,8 @@ enum MemberCommand {
     },
     /// Add a new node, then remove `--node` (which may be dead).
     Replace {
+        #[command(flatten)]
+        cluster: ClusterAddress,
         /// The member to take out.
         #[arg(long)]
         node: u64,
@@ -248,8 +256,9 @@ fn main() -> ExitCode {
         Command::Status { cluster, json } => {
             status::run(&cluster.peers, &cluster.cluster_id, &cluster.secret_file, cluster.tls().as_ref(), json)
         }
-        Command::Member { cluster, change } => run_member(&cluster, &change),
-        Command::Init { hosts, out, in_place, cluster_id, run_as, require_tls } => {
+        Command::Member { change } => run_member(&change),
+        Command::Init { add_host: Some(host), out, .. } => cluster::hosts::add_host(&out, &host),
+        Command::Init { hosts, add_host: None, out, in_place, cluster_id, run_as, require_tls } => {
             cluster::hosts::init(&cluster::hosts::InitPlan { hosts, out, in_place, cluster_id, run_as, require_tls })
         }
         Command::InitHost { dir } => cluster::hosts::init_host(&dir),
@@ -265,23 +274,28 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_member(cluster: &ClusterAddress, change: &MemberCommand) -> anyhow::Result<()> {
+fn run_member(change: &MemberCommand) -> anyhow::Result<()> {
+    let cluster = match change {
+        MemberCommand::Add { cluster, .. }
+        | MemberCommand::Remove { cluster, .. }
+        | MemberCommand::Replace { cluster, .. } => cluster,
+    };
     let auth = status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)?;
     let tls = cluster.tls();
     let mut admin = member::Admin { peers: cluster.peers.clone(), auth: &auth, tls: tls.as_ref() };
     match change {
-        MemberCommand::Add { new, patience } => {
+        MemberCommand::Add { new, patience, .. } => {
             // Once a member it may be master (the next steps find the master among these).
             if !admin.peers.contains(&new.new_peer) {
                 admin.peers.push(new.new_peer.clone());
             }
             member::add(&admin, &new.member(), &patience.patience())
         }
-        MemberCommand::Remove { node, json } => {
+        MemberCommand::Remove { node, json, .. } => {
             let patience = member::Patience { catch_up: std::time::Duration::ZERO, max_lag: 0, json: *json };
             member::remove(&admin, *node, &patience)
         }
-        MemberCommand::Replace { node, new, patience } => {
+        MemberCommand::Replace { node, new, patience, .. } => {
             if !admin.peers.contains(&new.new_peer) {
                 admin.peers.push(new.new_peer.clone());
             }

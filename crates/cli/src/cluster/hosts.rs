@@ -63,12 +63,47 @@ fn address(host: &str, port: u16) -> String {
     }
 }
 
+/// What `DIR/operator/cluster.json` records: enough to write the bundle of a host added later.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct OperatorRecord {
+    cluster_id: String,
+    /// `(id, address)` of the initial members: every host's config names them.
+    initial: Vec<(u64, String)>,
+    /// Every host given a bundle since, `(id, address)`; ids are never reused.
+    added: Vec<(u64, String)>,
+    run_as: String,
+    require_tls: bool,
+    in_place: bool,
+    /// For people and scripts: every host's peer and RW endpoints.
+    peers: Vec<String>,
+    rw_endpoints: Vec<String>,
+    app_user: String,
+    app_database: String,
+}
+
+impl OperatorRecord {
+    fn hosts(&self) -> impl Iterator<Item = &(u64, String)> {
+        self.initial.iter().chain(&self.added)
+    }
+
+    fn save(&mut self, operator: &Path) -> anyhow::Result<()> {
+        self.peers = self.hosts().map(|(_, h)| address(h, 7100)).collect();
+        self.rw_endpoints = self.hosts().map(|(_, h)| address(h, 3306)).collect();
+        fs::write(operator.join("cluster.json"), serde_json::to_string_pretty(self)?)?;
+        Ok(())
+    }
+}
+
+fn check_address(host: &str) -> anyhow::Result<()> {
+    host.parse::<std::net::IpAddr>().map(|_| ()).with_context(|| format!("{host:?} is not an IP address"))
+}
+
 pub fn init(plan: &InitPlan) -> anyhow::Result<()> {
     if ![3, 5].contains(&plan.hosts.len()) {
         bail!("--hosts must name 3 or 5 hosts (got {})", plan.hosts.len());
     }
     for h in &plan.hosts {
-        h.parse::<std::net::IpAddr>().with_context(|| format!("--hosts: {h:?} is not an IP address"))?;
+        check_address(h).context("--hosts")?;
     }
     if plan.out.exists() && fs::read_dir(&plan.out)?.next().is_some() {
         bail!("{} is not empty: choose a new directory for the bundles", plan.out.display());
@@ -76,94 +111,149 @@ pub fn init(plan: &InitPlan) -> anyhow::Result<()> {
     fs::DirBuilder::new().recursive(true).mode(0o700).create(&plan.out)?;
     let out = plan.out.canonicalize()?;
     let cluster_id = plan.cluster_id.clone().unwrap_or_else(|| format!("paxsql-{}", random_secret(8).to_lowercase()));
-    let secrets: Vec<(&str, String)> =
-        SECRETS.iter().map(|name| (*name, random_secret(if *name == "cluster.secret" { 40 } else { 24 }))).collect();
     let operator = out.join("operator");
     fs::DirBuilder::new().recursive(true).mode(0o700).create(operator.join("tls"))?;
+    fs::DirBuilder::new().mode(0o700).create(operator.join("secrets"))?;
+    for name in SECRETS {
+        write_secret(
+            &operator.join("secrets").join(name),
+            &random_secret(if name == "cluster.secret" { 40 } else { 24 }),
+        )?;
+    }
     let pki = ClusterPki::at(&operator.join("tls"));
     let members: Vec<(u64, String)> = plan.hosts.iter().enumerate().map(|(i, h)| (i as u64 + 1, h.clone())).collect();
     pki.create(&cluster_id, &members).context("cannot create the cluster's certificates")?;
-    let roots: Vec<PathBuf> = (1..=members.len())
-        .map(|id| if plan.in_place { out.join(format!("node-{id}")) } else { PathBuf::from(HOST_ROOT) })
-        .collect();
-    let all: Vec<NodeLayout> = members.iter().map(|(id, h)| layout(*id, h, &roots[*id as usize - 1])).collect();
-    for n in &all {
-        let bundle = out.join(format!("node-{}", n.id));
-        fs::DirBuilder::new().mode(0o700).create(&bundle)?;
-        fs::DirBuilder::new().mode(0o700).create(bundle.join("secrets"))?;
-        fs::DirBuilder::new().mode(0o700).create(bundle.join("tls"))?;
-        for (name, value) in &secrets {
-            write_secret(&bundle.join("secrets").join(name), value)?;
-        }
-        // The host's own certificates only (never the CA key), named as the config names them.
-        let installed = |holder: &str| {
-            let t = pki.tls(holder);
-            let at = |p: &Path| n.dir.join("tls").join(p.file_name().unwrap_or_default());
-            TlsConfig { cert: at(&t.cert), key: at(&t.key), ca: at(&t.ca) }
-        };
-        for holder in [format!("node-{}", n.id), client_holder(n.id)] {
-            let from = pki.tls(&holder);
-            fs::copy(&from.cert, bundle.join("tls").join(from.cert.file_name().unwrap_or_default()))?;
-            let key = fs::read_to_string(&from.key)?;
-            write_secret(&bundle.join("tls").join(from.key.file_name().unwrap_or_default()), key.trim_end())?;
-            fs::remove_file(&from.key)?;
-        }
-        fs::copy(pki.ca(), bundle.join("tls/ca.pem"))?;
-        let node_tls = installed(&format!("node-{}", n.id));
-        let client_tls = installed(&client_holder(n.id));
-        fs::write(bundle.join("my.cnf"), my_cnf(n, &plan.run_as))?;
-        fs::write(
-            bundle.join("node.toml"),
-            node_toml(n, &all, &[], &n.dir, &cluster_id, Some(&node_tls), Some((&client_tls, plan.require_tls))),
-        )?;
-        if n.id == 1 {
-            fs::write(
-                bundle.join("bootstrap"),
-                "paxsql init-host initialises this host's database once (the accounts), then removes this file.\n",
-            )?;
-        }
+    let mut record = OperatorRecord {
+        cluster_id,
+        initial: members,
+        added: Vec::new(),
+        run_as: plan.run_as.clone(),
+        require_tls: plan.require_tls,
+        in_place: plan.in_place,
+        peers: Vec::new(),
+        rw_endpoints: Vec::new(),
+        app_user: "app".into(),
+        app_database: "app".into(),
+    };
+    for (id, _) in record.initial.clone() {
+        write_bundle(&out, &record, id)?;
     }
-    for (name, value) in &secrets {
-        if ["cluster.secret", "app.password"].contains(name) {
-            write_secret(&operator.join(name), value)?;
-        }
-    }
-    let peers: Vec<String> = all.iter().map(|n| address(&n.host, n.peer_port)).collect();
-    let rw: Vec<String> = all.iter().map(|n| address(&n.host, n.proxy_rw_port)).collect();
-    let about = serde_json::json!({
-        "cluster_id": cluster_id,
-        "peers": peers,
-        "rw_endpoints": rw,
-        "app_user": "app",
-        "app_database": "app",
-        "host_root": if plan.in_place { serde_json::Value::Null } else { HOST_ROOT.into() },
-    });
-    fs::write(operator.join("cluster.json"), serde_json::to_string_pretty(&about)?)?;
+    record.save(&operator)?;
     let o = operator.display();
-    println!("paxsql cluster {cluster_id}: bundles for {} hosts in {}", all.len(), out.display());
-    for n in &all {
-        if plan.in_place {
-            println!("  node {} ({}): {}/node-{}", n.id, n.host, out.display(), n.id);
-        } else {
-            println!(
-                "  node {} ({}): copy {}/node-{}/ to {HOST_ROOT}/ on that host (e.g. rsync -a), then `systemctl enable --now paxsql-node`",
-                n.id,
-                n.host,
-                out.display(),
-                n.id
-            );
-        }
+    println!("paxsql cluster {}: bundles for {} hosts in {}", record.cluster_id, record.initial.len(), out.display());
+    for (id, host) in &record.initial {
+        print_install(&out, &record, *id, host);
     }
     println!(
         "Every host: install MariaDB 10.11 and paxsql, and deploy/systemd/paxsql-node.service; open the firewall:"
     );
     println!("  from clients: 3306 (RW), 3307 (RO), 7102 (admin SQL); between the hosts: 7100 (peer); metrics: 7105");
     println!(
-        "Status: paxsql status --peers {} --cluster-id {cluster_id} --secret-file {o}/cluster.secret --tls-ca {o}/tls/ca.pem --tls-cert {o}/tls/operator.pem --tls-key {o}/tls/operator.key",
-        peers.join(",")
+        "Status: paxsql status --peers {} --cluster-id {} --secret-file {o}/secrets/cluster.secret --tls-ca {o}/tls/ca.pem --tls-cert {o}/tls/operator.pem --tls-key {o}/tls/operator.key",
+        record.peers.join(","),
+        record.cluster_id
     );
-    println!("Clients: user app, database app, password in {o}/app.password; verify with --ssl-verify-server-cert --ssl-ca {o}/tls/ca.pem");
-    println!("Keep {o}/tls/ca.key offline: it certifies nodes added later.");
+    println!("Clients: user app, database app, password in {o}/secrets/app.password; verify with --ssl-verify-server-cert --ssl-ca {o}/tls/ca.pem");
+    println!("Keep {o} off the hosts: its tls/ca.key certifies hosts added later (`paxsql init --add-host`).");
+    Ok(())
+}
+
+/// Writes the bundle of a host added to the cluster whose files are in `out` (made by `paxsql init`): the next
+/// node id, the initial members and every other added host in its config, its certificates from the cluster's CA.
+pub fn add_host(out: &Path, host: &str) -> anyhow::Result<()> {
+    check_address(host).context("--add-host")?;
+    let out = out.canonicalize().with_context(|| format!("no cluster files in {}", out.display()))?;
+    let operator = out.join("operator");
+    let path = operator.join("cluster.json");
+    let text =
+        fs::read_to_string(&path).with_context(|| format!("cannot read {} (made by paxsql init)", path.display()))?;
+    let mut record: OperatorRecord = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    if record.hosts().any(|(_, h)| h == host) {
+        bail!("{host} has a bundle already; a host that left is given a new address or a fresh bundle directory");
+    }
+    let id = record.hosts().map(|(id, _)| *id).max().unwrap_or(0) + 1;
+    ClusterPki::at(&operator.join("tls")).add_member(&record.cluster_id, id, host)?;
+    record.added.push((id, host.to_string()));
+    write_bundle(&out, &record, id)?;
+    record.save(&operator)?;
+    print_install(&out, &record, id, host);
+    let o = operator.display();
+    println!(
+        "Then: paxsql member add --new-node {id} --new-peer {} --new-mariadb {} --peers {} --cluster-id {} \
+  --secret-file {o}/secrets/cluster.secret --tls-ca {o}/tls/ca.pem --tls-cert {o}/tls/operator.pem --tls-key {o}/tls/operator.key",
+        address(host, 7100),
+        address(host, 3316),
+        record.peers.join(","),
+        record.cluster_id
+    );
+    Ok(())
+}
+
+fn print_install(out: &Path, record: &OperatorRecord, id: u64, host: &str) {
+    if record.in_place {
+        println!("  node {id} ({host}): {}/node-{id}", out.display());
+    } else {
+        println!(
+            "  node {id} ({host}): copy {}/node-{id}/ to {HOST_ROOT}/ on that host (e.g. rsync -a), then `systemctl enable --now paxsql-node`",
+            out.display()
+        );
+    }
+}
+
+/// Writes `out/node-<id>/`: the config naming the initial members (and the added hosts under `peers`), my.cnf,
+/// the secrets, and the host's own certificates (its key moved out of the operator's directory).
+fn write_bundle(out: &Path, record: &OperatorRecord, id: u64) -> anyhow::Result<()> {
+    let operator = out.join("operator");
+    let pki = ClusterPki::at(&operator.join("tls"));
+    let root = |id: u64| if record.in_place { out.join(format!("node-{id}")) } else { PathBuf::from(HOST_ROOT) };
+    let initial: Vec<NodeLayout> = record.initial.iter().map(|(i, h)| layout(*i, h, &root(*i))).collect();
+    let added: Vec<NodeLayout> = record.added.iter().map(|(i, h)| layout(*i, h, &root(*i))).collect();
+    let n =
+        initial.iter().chain(&added).find(|n| n.id == id).cloned().ok_or_else(|| anyhow::anyhow!("no node {id}"))?;
+    let bundle = out.join(format!("node-{id}"));
+    fs::DirBuilder::new().mode(0o700).create(&bundle)?;
+    fs::DirBuilder::new().mode(0o700).create(bundle.join("secrets"))?;
+    fs::DirBuilder::new().mode(0o700).create(bundle.join("tls"))?;
+    for name in SECRETS {
+        let value = fs::read_to_string(operator.join("secrets").join(name))?;
+        write_secret(&bundle.join("secrets").join(name), value.trim_end())?;
+    }
+    // The host's own certificates only (never the CA key), named as the config names them.
+    let installed = |holder: &str| {
+        let t = pki.tls(holder);
+        let at = |p: &Path| n.dir.join("tls").join(p.file_name().unwrap_or_default());
+        TlsConfig { cert: at(&t.cert), key: at(&t.key), ca: at(&t.ca) }
+    };
+    for holder in [format!("node-{id}"), client_holder(id)] {
+        let from = pki.tls(&holder);
+        fs::copy(&from.cert, bundle.join("tls").join(from.cert.file_name().unwrap_or_default()))?;
+        let key = fs::read_to_string(&from.key)?;
+        write_secret(&bundle.join("tls").join(from.key.file_name().unwrap_or_default()), key.trim_end())?;
+        fs::remove_file(&from.key)?;
+    }
+    fs::copy(pki.ca(), bundle.join("tls/ca.pem"))?;
+    let node_tls = installed(&format!("node-{id}"));
+    let client_tls = installed(&client_holder(id));
+    fs::write(bundle.join("my.cnf"), my_cnf(&n, &record.run_as))?;
+    fs::write(
+        bundle.join("node.toml"),
+        node_toml(
+            &n,
+            &initial,
+            &added,
+            &n.dir,
+            &record.cluster_id,
+            Some(&node_tls),
+            Some((&client_tls, record.require_tls)),
+        ),
+    )?;
+    // A new cluster's first host initialises its database; every other host is provisioned with a copy.
+    if id == 1 && record.added.is_empty() {
+        fs::write(
+            bundle.join("bootstrap"),
+            "paxsql init-host initialises this host's database once (the accounts), then removes this file.\n",
+        )?;
+    }
     Ok(())
 }
 
