@@ -1,9 +1,9 @@
 //! Membership changes while clients write (issue 14, item 3), on a real cluster: 3 → 5 → 3 nodes and a dead node
-//! replaced. Two writers (the client library, autocommit INSERTs with unique ids) run through the RW ports the
-//! whole time while `paxsql cluster add-node` adds nodes 4 and 5 (each provisions an empty data directory with a
-//! copy of a member's and catches up before it votes), `cluster remove-node` removes the master (switched over
-//! first) and another initial member, and `cluster replace-node` replaces a node killed with kill -9 by node 6
-//! (`paxsql member remove` of a non-member is refused first).
+//! replaced. `paxsql cluster add-node` adds node 4 before the first transaction (an empty log), then node 5 while
+//! two writers (the client library, autocommit INSERTs with unique ids) run through the RW ports, as they do to the
+//! end; each new node provisions its empty data directory with a copy of a member's and catches up before it votes.
+//! `cluster remove-node` removes the master (switched over first) and another initial member (an unknown node is
+//! refused first), and `cluster replace-node` replaces a node killed with kill -9 by node 6.
 //!
 //! Checked: each change ends with the expected membership in the log; an added node was provisioned by a copy (its
 //! log says so) and serves reads and writes through its own ports; a removed node's process is stopped; no writer
@@ -63,39 +63,55 @@ fn members(c: &Cluster) -> Vec<u64> {
     st["members"].as_array().map(|m| m.iter().filter_map(|v| v.as_u64()).collect()).unwrap_or_default()
 }
 
+/// `cluster add-node`, which must add node `new` (provisioned by a copy) and leave `expected` voting.
+fn add(c: &Cluster, new: u64, expected: &[u64]) {
+    let (ok, json, text) = cluster_cmd(c, &["add-node"]);
+    assert!(ok, "add-node failed: {text}\n{}", c.logs());
+    assert_eq!(json["added"].as_u64(), Some(new), "{json}");
+    assert_eq!(members(c), expected, "membership after adding node {new}");
+    let log = std::fs::read_to_string(c.node_dir(new).join("log/node.log")).unwrap_or_default();
+    assert!(
+        log.contains("no database in the data directory") && log.contains("rebuilding the local database from a copy"),
+        "node {new} was not provisioned by a copy:\n{}",
+        c.logs()
+    );
+}
+
 #[test]
 fn nodes_are_added_removed_and_replaced_while_clients_write() {
     let c = Cluster::up(3, 28800);
     let m0 = c.wait_master(None, Duration::from_secs(60));
+    // A log without a single transaction yet: the new node is 0 behind it once its copy serves.
+    eprintln!("phase: 3 -> 4 nodes before any write");
+    add(&c, 4, &[1, 2, 3, 4]);
     c.sql_via(m0, "proxy_rw", "CREATE TABLE mb (id BIGINT PRIMARY KEY, writer INT)", Duration::from_secs(30))
         .expect("create table");
-    // The writers start on the nodes that stay longest; the client library moves on when a node goes away.
+    // Each writer knows every RW port the cluster will have (nodes 4 and 5 join later; base port 28800, RW at +4),
+    // as an application given the cluster's endpoints does; the client library moves on when a node goes away.
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let ops: Arc<Ops> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = [(1u64, vec![3u64, 2, 1]), (2, vec![2, 3, 1])]
+    let client = |order: &[u64]| {
+        paxsql_client::Client::builder()
+            .endpoints(order.iter().map(|id| format!("127.0.0.1:{}", 28800 + 10 * (id - 1) + 4)).collect::<Vec<_>>())
+            .user("app")
+            .password(c.password())
+            .database("app")
+            .failover_deadline(Duration::from_secs(30))
+            .build()
+            .expect("client")
+    };
+    let writers: Vec<_> = [(1u64, vec![3u64, 2, 1, 4, 5]), (2, vec![2, 3, 1, 5, 4])]
         .into_iter()
-        .map(|(w, order)| rt.spawn(writer(c.app_client(&order), w, ops.clone(), stop.clone())))
+        .map(|(w, order)| rt.spawn(writer(client(&order), w, ops.clone(), stop.clone())))
         .collect();
     let committed =
         || ops.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|o| matches!(o.1, Outcome::Committed)).count();
     std::thread::sleep(Duration::from_secs(2));
     assert!(committed() > 10, "the writers made little progress: {}\n{}", committed(), c.logs());
 
-    eprintln!("phase: 3 -> 5 nodes");
-    for (new, expected) in [(4u64, vec![1u64, 2, 3, 4]), (5, vec![1, 2, 3, 4, 5])] {
-        let (ok, json, text) = cluster_cmd(&c, &["add-node"]);
-        assert!(ok, "add-node failed: {text}\n{}", c.logs());
-        assert_eq!(json["added"].as_u64(), Some(new), "{json}");
-        assert_eq!(members(&c), expected, "membership after adding node {new}");
-        let log = std::fs::read_to_string(c.node_dir(new).join("log/node.log")).unwrap_or_default();
-        assert!(
-            log.contains("no database in the data directory")
-                && log.contains("rebuilding the local database from a copy"),
-            "node {new} was not provisioned by a copy:\n{}",
-            c.logs()
-        );
-    }
+    eprintln!("phase: 4 -> 5 nodes under the writers");
+    add(&c, 5, &[1, 2, 3, 4, 5]);
     // The new node serves through its own ports: a write through its RW port, read back on its RO port.
     c.sql_via(5, "proxy_rw", "INSERT INTO mb (id, writer) VALUES (5, 0)", Duration::from_secs(30))
         .expect("write via node 5");

@@ -54,6 +54,11 @@ pub fn add(admin: &Admin<'_>, new: &NewMember, patience: &Patience) -> anyhow::R
     })
 }
 
+/// Whether `node` votes, as the serving master's log says.
+pub fn is_member(admin: &Admin<'_>, node: u64) -> anyhow::Result<bool> {
+    block_on(async { Ok(master(admin).await?.1.members.contains(&node)) })
+}
+
 pub fn remove(admin: &Admin<'_>, node: u64, patience: &Patience) -> anyhow::Result<()> {
     block_on(async {
         let out = remove_member(admin, node).await?;
@@ -128,6 +133,8 @@ async fn change(admin: &Admin<'_>, add: u64, remove: u64) -> anyhow::Result<Vec<
             Ok(_) => {}
             // Another master took over between the status and the call: ask it.
             Err(s) if s.code() == tonic::Code::FailedPrecondition && s.message().contains("does not serve") => {}
+            // Our earlier proposal (or another operator's) is still on its way: wait for it.
+            Err(s) if s.message().contains("already pending") => {}
             Err(s) => bail!("node {} refused the membership change: {}", st.node_id, s.message()),
         }
         let asked = Instant::now();

@@ -23,6 +23,9 @@ pub struct GlobalLogConfig {
     pub paxos: paxsql_paxos::Config,
     /// The group's membership at instance 1.
     pub initial_membership: Membership,
+    /// Other nodes this one has an address for (its config's): status goes to them as well as to the members, so
+    /// that a node that is no member yet — or whose log still names members that are gone — reaches the group.
+    pub contacts: BTreeSet<NodeId>,
     /// How long a master holds its lease after proposing a renewal.
     pub lease_ms: u64,
     /// How far two members' clocks may drift apart over one lease; a candidate waits this much longer.
@@ -54,6 +57,7 @@ impl GlobalLogConfig {
         GlobalLogConfig {
             paxos: paxsql_paxos::Config::new(id),
             initial_membership,
+            contacts: BTreeSet::new(),
             lease_ms: 1500,
             max_clock_drift_ms: 300,
             renew_interval_ms: 500,
@@ -799,13 +803,15 @@ impl GlobalLogNode {
         }
         self.last_status_sent = Some(self.now);
         let (me, progress, chosen_up_to) = (self.id(), self.progress(), self.paxos.last_chosen());
-        for to in std::mem::take(&mut self.status_replies) {
+        // The members, the nodes whose address the log recorded (one being added learns how far the log goes and
+        // asks for it), this node's own contacts, and whoever asked.
+        let mut to: BTreeSet<NodeId> = std::mem::take(&mut self.status_replies);
+        to.extend(self.state.membership.members.iter().copied());
+        to.extend(self.state.addresses.keys().copied());
+        to.extend(self.cfg.contacts.iter().copied());
+        to.remove(&me);
+        for to in to {
             out.messages.push(PeerMessage::Status { from: me, to, progress, chosen_up_to });
-        }
-        for &to in &self.state.membership.members {
-            if to != me {
-                out.messages.push(PeerMessage::Status { from: me, to, progress, chosen_up_to });
-            }
         }
     }
 

@@ -410,6 +410,7 @@ impl NodeConfig {
         let t = self.timing();
         let members = paxsql_paxos::Membership::new(self.members.iter().map(|m| m.id));
         let mut cfg = paxsql_global_log::GlobalLogConfig::lan(self.node_id, members);
+        cfg.contacts = self.known_members().map(|m| m.id).filter(|id| *id != self.node_id).collect();
         cfg.max_value_bytes = self.peer_message_bytes() - paxsql_global_log::VALUE_MESSAGE_MARGIN;
         cfg.lease_ms = t.lease_ms;
         cfg.max_clock_drift_ms = t.max_clock_drift_ms;

@@ -798,7 +798,8 @@ async fn publish_status(
         if !why.is_empty() {
             details.insert("database_detail".to_string(), why);
         }
-        let lag = local_seq.zip(st.last_seq).map(|(local, global)| global.saturating_sub(local));
+        // A log without a transaction yet: a database that answered is 0 behind it.
+        let lag = local_seq.map(|local| st.last_seq.map_or(0, |global| global.saturating_sub(local)));
         if let Some(lag) = lag {
             details.insert("lag_transactions".to_string(), lag.to_string());
         }

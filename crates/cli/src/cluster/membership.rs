@@ -34,7 +34,12 @@ pub fn add_node(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
 pub fn remove_node(dir: &Path, node: u64, plan: &Plan) -> anyhow::Result<()> {
     let mut file = load(dir)?;
     let n = file.node(node)?.clone();
-    change(dir, &file, |admin| member::remove(admin, node, &plan.patience()))?;
+    // A node whose add-node never completed votes in nothing: it only needs stopping.
+    if change(dir, &file, |admin| member::is_member(admin, node))? {
+        change(dir, &file, |admin| member::remove(admin, node, &plan.patience()))?;
+    } else {
+        eprintln!("node {node} is not a member (its add-node never completed): stopping it");
+    }
     retire(dir, &mut file, &n)
 }
 
@@ -46,7 +51,7 @@ pub fn replace_node(dir: &Path, node: u64, plan: &Plan) -> anyhow::Result<()> {
     retire(dir, &mut file, &old)
 }
 
-fn change(dir: &Path, file: &ClusterFile, f: impl FnOnce(&Admin<'_>) -> anyhow::Result<()>) -> anyhow::Result<()> {
+fn change<T>(dir: &Path, file: &ClusterFile, f: impl FnOnce(&Admin<'_>) -> anyhow::Result<T>) -> anyhow::Result<T> {
     let (peers, auth, tls) = admin_address(dir, file)?;
     f(&Admin { peers, auth: &auth, tls: tls.as_ref() })
 }
