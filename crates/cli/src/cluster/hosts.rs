@@ -281,7 +281,14 @@ pub fn init_host(root: &Path) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 && run_as != "root" {
         let (uid, gid) = account(&run_as)?;
-        chown_tree(root, uid, gid)?;
+        // Whatever is not owned by the account yet (the bundle as copied, directories made just now) is handed to
+        // it whole; what is (a data directory of any size, after the first start) is not walked again.
+        for entry in std::iter::once(Ok(root.to_path_buf())).chain(fs::read_dir(root)?.map(|e| e.map(|e| e.path()))) {
+            let path = entry?;
+            if std::os::unix::fs::MetadataExt::uid(&fs::symlink_metadata(&path)?) != uid {
+                chown_tree(&path, uid, gid)?;
+            }
+        }
     }
     if initialise {
         let pw = |name: &str| -> anyhow::Result<String> {
