@@ -146,6 +146,8 @@ fn locate_finds_exact_gtids_and_names_every_miss<S: AppendableSource>(s: &S) {
     assert_eq!(gtids(&after5), ["0-1-6", "0-1-7", "0-1-8", "0-1-9", "0-1-10"]);
     assert!(read_all(s, s.locate(&pos("0-1-10")).expect("the tail"), 1 << 20).is_empty());
     assert!(matches!(s.locate(&pos("0-2-5")), Err(Error::ReplicaDiverged { .. })), "same seq_no, other server");
+    // The log's last seq_no, written by another server: a former master's own last transaction.
+    assert!(matches!(s.locate(&pos("0-2-10")), Err(Error::ReplicaDiverged { .. })), "the last seq_no, other server");
     assert!(matches!(s.locate(&pos("0-1-11")), Err(Error::GtidNotInLog { .. })), "ahead of the log");
     assert!(matches!(s.locate(&pos("1-1-1")), Err(Error::GtidNotInLog { .. })), "unknown domain");
     assert!(s.holds(&pos("0-1-7")) && s.holds(&pos("")) && !s.holds(&pos("0-1-11")) && !s.holds(&pos("0-3-4")));

@@ -117,9 +117,12 @@ pub fn missing_gtid_error(want: Gtid, base: Option<Gtid>, last_seq: Option<u64>)
         // Behind the compacted start: what follows it is gone from this log (a rebuild provisions past it).
         return Error::GtidPurged { gtid: want };
     }
-    // The base counts as a higher (or equal, other) transaction: a replica at its sequence number but not at it
-    // wrote its own.
-    let higher = last_seq.is_some_and(|s| s > want.seq_no) || base.is_some_and(|b| b.seq_no >= want.seq_no);
+    // Sequence numbers are gapless and unique in a domain of the log: a log that reaches `want`'s sequence number
+    // without holding `want` holds another transaction there (the base counts too). A replica at that number wrote
+    // its own — typically a former master whose last transaction never reached the log, while the new master's
+    // first one took its number: waiting for the log to go past it would keep that replica out of service until
+    // the next write.
+    let higher = last_seq.is_some_and(|s| s >= want.seq_no) || base.is_some_and(|b| b.seq_no >= want.seq_no);
     if higher {
         Error::ReplicaDiverged { gtid: want }
     } else {
@@ -131,8 +134,8 @@ pub fn missing_gtid_error(want: Gtid, base: Option<Gtid>, last_seq: Option<u64>)
 ///
 /// # Correctness
 /// - `locate(state)` must find the exact GTID of every domain in `state` (domain, server_id and seq_no); if a
-///   domain's GTID is missing it must fail: [`Error::ReplicaDiverged`] when the log holds a higher seq_no in that
-///   domain, [`Error::GtidNotInLog`] when it does not (the replica is ahead, or the domain is unknown),
+///   domain's GTID is missing it must fail: [`Error::ReplicaDiverged`] when the log holds the same or a higher
+///   seq_no in that domain, [`Error::GtidNotInLog`] when it does not (the replica is ahead, or the domain is unknown),
 ///   [`Error::GtidPurged`] when the log was compacted past it. Skipping silently would lose or duplicate
 ///   transactions on the replica.
 /// - `read` returns whole transactions in log order, none already in `after.skip`, never waits, and returns at
