@@ -164,7 +164,21 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let routes = tonic::service::Routes::new(AdminServer::with_interceptor(admin_service, auth.interceptor()));
     // Relays too: the other members' RW ports reach this node's mariadbd through this port while it is master.
     let also = PeerPortServices { routes: Some(routes), relays: true };
-    let (mut peer_server, mut peer_rx) = PeerServer::bind_serving(cfg.listen.peer, &tcfg, also).await?;
+    // Peer messages go straight from the stream that received them into the driver's inbox (no task between);
+    // until the driver runs they are dropped, as on a full inbox (Paxos retransmits).
+    let driver_inbox: Arc<std::sync::OnceLock<std::sync::mpsc::SyncSender<Input>>> = Arc::default();
+    let deliver: paxsql_peer_transport::Inbox = {
+        let slot = driver_inbox.clone();
+        Arc::new(move |m| {
+            use paxsql_peer_transport::Delivery;
+            match slot.get().map(|inbox| inbox.try_send(Input::Peer(m))) {
+                Some(Ok(())) => Delivery::Delivered,
+                None | Some(Err(std::sync::mpsc::TrySendError::Full(_))) => Delivery::Full,
+                Some(Err(std::sync::mpsc::TrySendError::Disconnected(_))) => Delivery::Closed,
+            }
+        })
+    };
+    let mut peer_server = PeerServer::bind_into(cfg.listen.peer, &tcfg, also, deliver).await?;
     let relays = peer_server.take_relays();
     let mut client = PeerClient::new(&tcfg)?;
     for m in cfg.known_members().filter(|m| m.id != cfg.node_id) {
@@ -187,12 +201,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     )?;
     let inbox = handle.inbox.clone();
     membership_tx.send_replace(Some(MembershipDesk { inbox: inbox.clone(), status: handle.status.clone() }));
-    let forward_inbox = inbox.clone();
-    let forward = tokio::spawn(async move {
-        while let Some(m) = peer_rx.recv().await {
-            offer(&forward_inbox, Input::Peer(m));
-        }
-    });
+    let _ = driver_inbox.set(inbox.clone());
 
     // Replication endpoint for the local mariadbd.
     let repl_addr = cfg
@@ -424,7 +433,6 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         // It stops on `shutdown` too; the relayed connections end with it.
         let _ = r.await;
     }
-    forward.abort();
     let _ = repl_task.await;
     offer(&inbox, Input::Shutdown);
     peer_server.shutdown().await;

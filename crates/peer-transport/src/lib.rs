@@ -54,4 +54,4 @@ pub use config::{TlsConfig, TransportConfig};
 pub use convert::{decode_envelope, open_envelope, seal_envelope};
 pub use error::TransportError;
 pub use relay::{IncomingRelay, RelayDialer, RelayError, RelayRequest, RelayStream};
-pub use server::{PeerPortServices, PeerServer, ServerStats};
+pub use server::{Delivery, Inbox, PeerPortServices, PeerServer, ServerStats};

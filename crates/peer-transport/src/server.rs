@@ -68,12 +68,53 @@ pub struct PeerServer {
     relays: Option<mpsc::Receiver<IncomingRelay>>,
 }
 
+/// What [`Inbox::deliver`] did with a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    Delivered,
+    /// Dropped: the receiver is behind (Paxos retransmits).
+    Full,
+    /// The receiver is gone: the node is stopping.
+    Closed,
+}
+
+/// Where the messages a peer server receives go, called on the stream's own task: it must never block.
+pub type Inbox = Arc<dyn Fn(PeerMessage) -> Delivery + Send + Sync>;
+
+/// A channel the caller reads ([`PeerServer::bind_serving`]), or a function that hands each message straight to
+/// its consumer ([`PeerServer::bind_into`]): one task hand-off less on every Paxos message.
+enum InboxKind {
+    Channel(mpsc::Sender<PeerMessage>),
+    Direct(Inbox),
+}
+
+impl InboxKind {
+    fn deliver(&self, msg: PeerMessage) -> Delivery {
+        match self {
+            InboxKind::Channel(tx) => match tx.try_send(msg) {
+                Ok(()) => Delivery::Delivered,
+                Err(mpsc::error::TrySendError::Full(_)) => Delivery::Full,
+                Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+            },
+            InboxKind::Direct(f) => f(msg),
+        }
+    }
+
+    async fn closed(&self) {
+        match self {
+            InboxKind::Channel(tx) => tx.closed().await,
+            // Seen at the next delivery.
+            InboxKind::Direct(_) => std::future::pending().await,
+        }
+    }
+}
+
 struct PeerService {
     node_id: NodeId,
     /// With TLS, a stream's messages must come from the member its client certificate names.
     tls: bool,
     auth: ClusterAuth,
-    inbox: mpsc::Sender<PeerMessage>,
+    inbox: InboxKind,
     stats: Arc<ServerStats>,
     stop: watch::Receiver<bool>,
 }
@@ -109,6 +150,28 @@ impl PeerServer {
         cfg: &TransportConfig,
         also: PeerPortServices,
     ) -> Result<(PeerServer, mpsc::Receiver<PeerMessage>), TransportError> {
+        let (inbox, rx) = mpsc::channel(cfg.inbox_capacity);
+        let server = Self::start(addr, cfg, also, InboxKind::Channel(inbox)).await?;
+        Ok((server, rx))
+    }
+
+    /// [`PeerServer::bind_serving`], handing each message to `inbox` on the task that received it instead of
+    /// through a channel.
+    pub async fn bind_into(
+        addr: SocketAddr,
+        cfg: &TransportConfig,
+        also: PeerPortServices,
+        inbox: Inbox,
+    ) -> Result<PeerServer, TransportError> {
+        Self::start(addr, cfg, also, InboxKind::Direct(inbox)).await
+    }
+
+    async fn start(
+        addr: SocketAddr,
+        cfg: &TransportConfig,
+        also: PeerPortServices,
+        inbox: InboxKind,
+    ) -> Result<PeerServer, TransportError> {
         cfg.validate()?;
         let auth = ClusterAuth::new(&cfg.cluster_id, &cfg.cluster_secret)?;
         let acceptor = match &cfg.tls {
@@ -122,7 +185,6 @@ impl PeerServer {
             tokio::net::TcpListener::bind(addr).await.map_err(|source| TransportError::Bind { addr, source })?;
         let local_addr = listener.local_addr().map_err(|source| TransportError::Bind { addr, source })?;
 
-        let (inbox, rx) = mpsc::channel(cfg.inbox_capacity);
         let stats = Arc::new(ServerStats::default());
         let (stop, stop_rx) = watch::channel(false);
         let service = PeerService {
@@ -180,7 +242,7 @@ impl PeerServer {
             }
             .instrument(span),
         );
-        Ok((PeerServer { local_addr, stats, stop, task: Some(task), relays }, rx))
+        Ok(PeerServer { local_addr, stats, stop, task: Some(task), relays })
     }
 
     /// The relays this port accepted ([`PeerPortServices::relays`]), once: the node answers each.
@@ -505,17 +567,15 @@ impl PeerService {
                 tracing::warn!(from = msg.from(), to = msg.to(), "dropped message addressed to another node");
                 continue;
             }
-            match self.inbox.try_send(msg) {
-                Ok(()) => ServerStats::bump(&self.stats.delivered),
-                Err(mpsc::error::TrySendError::Full(_)) => {
+            match self.inbox.deliver(msg) {
+                Delivery::Delivered => ServerStats::bump(&self.stats.delivered),
+                Delivery::Full => {
                     // Paxos retransmits; blocking here would only move the backlog into HTTP/2 buffers.
                     dropped += 1;
                     ServerStats::bump(&self.stats.dropped_inbox_full);
                     tracing::trace!("inbox full, dropped message");
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    return Err(Status::unavailable("node is shutting down"));
-                }
+                Delivery::Closed => return Err(Status::unavailable("node is shutting down")),
             }
         }
         tracing::debug!(?sender, received, dropped, "peer stream closed by sender");
