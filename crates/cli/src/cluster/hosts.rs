@@ -95,7 +95,12 @@ impl OperatorRecord {
 }
 
 fn check_address(host: &str) -> anyhow::Result<()> {
-    host.parse::<std::net::IpAddr>().map(|_| ()).with_context(|| format!("{host:?} is not an IP address"))
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => Ok(()),
+        // The generated configs write host:port unbracketed.
+        Ok(std::net::IpAddr::V6(_)) => bail!("{host}: IPv6 addresses are not supported by paxsql init yet; use IPv4"),
+        Err(_) => bail!("{host:?} is not an IPv4 address"),
+    }
 }
 
 pub fn init(plan: &InitPlan) -> anyhow::Result<()> {
