@@ -127,13 +127,12 @@ pub fn run(cmd: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::Down { dir } => down(&dir),
         ClusterCommand::Status { dir, json } => status(&dir, json),
         ClusterCommand::Switchover { dir, how } => switchover(&dir, &how),
-        ClusterCommand::AddNode { dir, patience } => membership::add_node(&dir, &patience.local_plan()),
+        ClusterCommand::AddNode { dir, patience } => membership::add_node(&dir, &patience.patience()),
         ClusterCommand::RemoveNode { dir, node, json } => {
-            let plan = membership::Plan { catch_up: Duration::ZERO, max_lag: 0, json };
-            membership::remove_node(&dir, node, &plan)
+            membership::remove_node(&dir, node, &crate::member::Patience::removal(json))
         }
         ClusterCommand::ReplaceNode { dir, node, patience } => {
-            membership::replace_node(&dir, node, &patience.local_plan())
+            membership::replace_node(&dir, node, &patience.patience())
         }
         ClusterCommand::Restart { dir, node_timeout, max_lag, json } => {
             let plan = restart::RestartPlan { node_timeout: Duration::from_secs(node_timeout), max_lag, json };

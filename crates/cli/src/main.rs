@@ -195,14 +195,6 @@ pub struct PatienceArgs {
 }
 
 impl PatienceArgs {
-    fn local_plan(&self) -> cluster::membership::Plan {
-        cluster::membership::Plan {
-            catch_up: std::time::Duration::from_secs(self.catch_up_timeout),
-            max_lag: self.max_lag,
-            json: self.json,
-        }
-    }
-
     fn patience(&self) -> member::Patience {
         member::Patience {
             catch_up: std::time::Duration::from_secs(self.catch_up_timeout),
@@ -283,22 +275,16 @@ fn run_member(change: &MemberCommand) -> anyhow::Result<()> {
     let auth = status::cluster_auth(&cluster.cluster_id, &cluster.secret_file)?;
     let tls = cluster.tls();
     let mut admin = member::Admin { peers: cluster.peers.clone(), auth: &auth, tls: tls.as_ref() };
+    // Once a member, a new node may be master: the next steps find the master among these.
+    if let MemberCommand::Add { new, .. } | MemberCommand::Replace { new, .. } = change {
+        if !admin.peers.contains(&new.new_peer) {
+            admin.peers.push(new.new_peer.clone());
+        }
+    }
     match change {
-        MemberCommand::Add { new, patience, .. } => {
-            // Once a member it may be master (the next steps find the master among these).
-            if !admin.peers.contains(&new.new_peer) {
-                admin.peers.push(new.new_peer.clone());
-            }
-            member::add(&admin, &new.member(), &patience.patience())
-        }
-        MemberCommand::Remove { node, json, .. } => {
-            let patience = member::Patience { catch_up: std::time::Duration::ZERO, max_lag: 0, json: *json };
-            member::remove(&admin, *node, &patience)
-        }
+        MemberCommand::Add { new, patience, .. } => member::add(&admin, &new.member(), &patience.patience()),
+        MemberCommand::Remove { node, json, .. } => member::remove(&admin, *node, &member::Patience::removal(*json)),
         MemberCommand::Replace { node, new, patience, .. } => {
-            if !admin.peers.contains(&new.new_peer) {
-                admin.peers.push(new.new_peer.clone());
-            }
             member::replace(&admin, *node, &new.member(), &patience.patience())
         }
     }

@@ -47,6 +47,13 @@ pub struct Patience {
     pub json: bool,
 }
 
+impl Patience {
+    /// A removal waits for no new node.
+    pub fn removal(json: bool) -> Patience {
+        Patience { catch_up: Duration::ZERO, max_lag: 0, json }
+    }
+}
+
 pub fn add(admin: &Admin<'_>, new: &NewMember, patience: &Patience) -> anyhow::Result<()> {
     block_on(async {
         let out = add_member(admin, new, patience).await?;

@@ -152,7 +152,7 @@ const MAX_INPUTS_PER_SYNC: usize = 256;
 pub fn start(
     cfg: GlobalLogConfig,
     mut store: RaftEngineStorage,
-    outbox: Box<dyn Outbox>,
+    mut outbox: Box<dyn Outbox>,
     mut sink: Box<dyn AppliedSink>,
 ) -> Result<DriverHandle, DriverError> {
     let clock = MonotonicClock::new();
@@ -166,7 +166,6 @@ pub fn start(
     let (inbox, rx) = std::sync::mpsc::sync_channel(65_536);
     let (status_tx, status) = watch::channel(NodeStatus::default());
     let (applied, _) = broadcast::channel(65_536);
-    let mut outbox = outbox;
     // Members recorded in the log before this start: the config names only the initial ones.
     for (id, address) in &node.state().addresses {
         if *id != node.id() {

@@ -54,13 +54,9 @@ fn layout(id: u64, host: &str, root: &Path) -> NodeLayout {
     }
 }
 
-/// `host:port`, with brackets around an IPv6 address.
-fn address(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
+/// `host:port` of one of a host's endpoints, as the layout places it (hosts are IPv4: `check_address`).
+fn address(host: &str, port: impl Fn(&NodeLayout) -> u16) -> String {
+    format!("{host}:{}", port(&layout(0, host, Path::new(HOST_ROOT))))
 }
 
 /// What `DIR/operator/cluster.json` records: enough to write the bundle of a host added later.
@@ -87,8 +83,8 @@ impl OperatorRecord {
     }
 
     fn save(&mut self, operator: &Path) -> anyhow::Result<()> {
-        self.peers = self.hosts().map(|(_, h)| address(h, 7100)).collect();
-        self.rw_endpoints = self.hosts().map(|(_, h)| address(h, 3306)).collect();
+        self.peers = self.hosts().map(|(_, h)| address(h, |n| n.peer_port)).collect();
+        self.rw_endpoints = self.hosts().map(|(_, h)| address(h, |n| n.proxy_rw_port)).collect();
         fs::write(operator.join("cluster.json"), serde_json::to_string_pretty(self)?)?;
         Ok(())
     }
@@ -186,8 +182,8 @@ pub fn add_host(out: &Path, host: &str) -> anyhow::Result<()> {
     println!(
         "Then: paxsql member add --new-node {id} --new-peer {} --new-mariadb {} --peers {} --cluster-id {} \
   --secret-file {o}/secrets/cluster.secret --tls-ca {o}/tls/ca.pem --tls-cert {o}/tls/operator.pem --tls-key {o}/tls/operator.key",
-        address(host, 7100),
-        address(host, 3316),
+        address(host, |n| n.peer_port),
+        address(host, |n| n.mariadb_port),
         record.peers.join(","),
         record.cluster_id
     );

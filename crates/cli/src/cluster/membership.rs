@@ -6,48 +6,34 @@
 use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::time::Duration;
 
 use super::{admin_address, load, my_cnf, node_toml, spawn_node, stop_node, ClusterFile, NodeLayout};
 use crate::member::{self, Admin, NewMember, Patience};
 use crate::pki::{client_holder, ClusterPki};
 
-/// What a membership change of a local cluster waits for.
-pub struct Plan {
-    pub catch_up: Duration,
-    pub max_lag: u64,
-    pub json: bool,
-}
-
-impl Plan {
-    fn patience(&self) -> Patience {
-        Patience { catch_up: self.catch_up, max_lag: self.max_lag, json: self.json }
-    }
-}
-
-pub fn add_node(dir: &Path, plan: &Plan) -> anyhow::Result<()> {
+pub fn add_node(dir: &Path, patience: &Patience) -> anyhow::Result<()> {
     let mut file = load(dir)?;
     let new = prepare_node(dir, &mut file)?;
-    change(dir, &file, |admin| member::add(admin, &new, &plan.patience()))
+    change(dir, &file, |admin| member::add(admin, &new, patience))
 }
 
-pub fn remove_node(dir: &Path, node: u64, plan: &Plan) -> anyhow::Result<()> {
+pub fn remove_node(dir: &Path, node: u64, patience: &Patience) -> anyhow::Result<()> {
     let mut file = load(dir)?;
     let n = file.node(node)?.clone();
     // A node whose add-node never completed votes in nothing: it only needs stopping.
     if change(dir, &file, |admin| member::is_member(admin, node))? {
-        change(dir, &file, |admin| member::remove(admin, node, &plan.patience()))?;
+        change(dir, &file, |admin| member::remove(admin, node, patience))?;
     } else {
         eprintln!("node {node} is not a member (its add-node never completed): stopping it");
     }
     retire(dir, &mut file, &n)
 }
 
-pub fn replace_node(dir: &Path, node: u64, plan: &Plan) -> anyhow::Result<()> {
+pub fn replace_node(dir: &Path, node: u64, patience: &Patience) -> anyhow::Result<()> {
     let mut file = load(dir)?;
     let old = file.node(node)?.clone();
     let new = prepare_node(dir, &mut file)?;
-    change(dir, &file, |admin| member::replace(admin, node, &new, &plan.patience()))?;
+    change(dir, &file, |admin| member::replace(admin, node, &new, patience))?;
     retire(dir, &mut file, &old)
 }
 
