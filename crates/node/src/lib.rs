@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod dir_lock;
+pub mod directory;
 pub mod driver;
 pub mod mariadb;
 pub mod membership;

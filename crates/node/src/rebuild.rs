@@ -71,9 +71,9 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RebuildError {
 #[derive(Clone)]
 pub struct Donors {
     pub node_id: u64,
-    /// `(node id, peer address)` of the initial members, from the config.
-    pub members: Vec<(u64, String)>,
-    /// The global log's status: the members added since (their addresses recorded in the log).
+    /// Where the members are reached: the config's addresses, with the log's record in `recorded`.
+    pub directory: crate::directory::Directory,
+    /// The global log's status (the addresses it recorded).
     pub recorded: tokio::sync::watch::Receiver<crate::driver::NodeStatus>,
     pub auth: ClusterAuth,
     /// Mutual TLS of the peer port, when configured: a donor must prove it is the member asked.
@@ -86,13 +86,10 @@ impl Donors {
         paxsql_peer_transport::peer_endpoint(self.tls.as_ref(), Some(id), address).map_err(|e| e.to_string())
     }
 
-    /// Every known member's peer address: the log's record where it has one, else the config's.
+    /// Every known member's peer address.
     fn addresses(&self) -> Vec<(u64, String)> {
-        let mut all: std::collections::BTreeMap<u64, String> = self.members.iter().cloned().collect();
-        for (id, a) in &self.recorded.borrow().addresses {
-            all.insert(*id, a.peer.clone());
-        }
-        all.into_iter().collect()
+        let st = self.recorded.borrow();
+        self.directory.all(&st).into_iter().map(|(id, a)| (id, a.peer.clone())).collect()
     }
 
     async fn client(&self, id: u64, address: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {

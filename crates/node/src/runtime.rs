@@ -24,6 +24,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
+use crate::directory::Directory;
 use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
 use crate::membership::MembershipDesk;
@@ -228,6 +229,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     admin_donor.send_replace(Some((donor, local_role.clone())));
 
     let metrics = Metrics::new(cfg.node_id);
+    let directory = Directory::from_config(&cfg);
     let ctx = Arc::new(RoleContext {
         node_id: cfg.node_id,
         mariadb: tokio::sync::Mutex::new(db),
@@ -242,7 +244,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         global_binlog: source.clone(),
         donors: Donors {
             node_id: cfg.node_id,
-            members: cfg.known_members().map(|m| (m.id, m.peer.to_string())).collect(),
+            directory: directory.clone(),
             recorded: handle.status.clone(),
             auth: auth.clone(),
             tls: tcfg.tls.clone(),
@@ -286,12 +288,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         proxy_stats = Some(proxy.stats());
         proxy_task = Some(tokio::spawn(proxy.run(shutdown.clone())));
     }
-    let member_peers: std::collections::HashMap<u64, std::net::SocketAddr> =
-        cfg.known_members().map(|m| (m.id, m.peer)).collect();
     let route_task = tokio::spawn(publish_routes(
         cfg.node_id,
         local_mariadb_tcp,
-        member_peers,
+        directory.clone(),
         handle.status.clone(),
         serving.clone(),
         route_tx,
@@ -377,10 +377,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         replication_port: repl_port,
         proxy_rw: cfg.listen.proxy_rw.map(|a| a.to_string()),
         proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
-        configured: cfg
-            .known_members()
-            .map(|m| (m.id, (m.peer.to_string(), m.mariadb.map(|a| a.to_string()))))
-            .collect(),
+        directory: directory.clone(),
         links,
     };
     let status_task = tokio::spawn(publish_status(
@@ -448,8 +445,7 @@ struct Endpoints {
     replication_port: u16,
     proxy_rw: Option<String>,
     proxy_ro: Option<String>,
-    /// Peer and mariadbd addresses the config names, by node.
-    configured: std::collections::BTreeMap<u64, (String, Option<String>)>,
+    directory: Directory,
     /// Whether this node's outgoing stream to each other node is open (the peer transport's own flag); links to
     /// members added later join when the log records their address.
     links: Links,
@@ -467,17 +463,13 @@ impl Endpoints {
                 .is_ok_and(|links| links.get(&id).is_some_and(|up| up.load(std::sync::atomic::Ordering::Relaxed)))
     }
 
-    /// The current members with their peer and mariadbd addresses: the log's record where it has one (members
-    /// added later, or moved), else the config's.
+    /// The current members with their peer and mariadbd addresses.
     fn members(&self, st: &NodeStatus) -> Vec<(u64, String, Option<String>)> {
         st.members
             .iter()
-            .map(|id| match st.addresses.iter().find(|(n, _)| n == id) {
-                Some((_, a)) => (*id, a.peer.clone(), Some(a.mariadb.clone()).filter(|m| !m.is_empty())),
-                None => {
-                    let (peer, mariadb) = self.configured.get(id).cloned().unwrap_or_default();
-                    (*id, peer, mariadb)
-                }
+            .map(|id| match self.directory.address(st, *id) {
+                Some(a) => (*id, a.peer.clone(), Some(a.mariadb.clone()).filter(|m| !m.is_empty())),
+                None => (*id, String::new(), None),
             })
             .collect()
     }
@@ -490,7 +482,7 @@ impl Endpoints {
 fn route_for(
     node_id: u64,
     local: std::net::SocketAddr,
-    peers: &std::collections::HashMap<u64, std::net::SocketAddr>,
+    directory: &Directory,
     st: &NodeStatus,
     serving: Option<u64>,
 ) -> Route {
@@ -510,14 +502,12 @@ fn route_for(
             "the master's lease is not current here (election in progress, or this node is cut off)",
         );
     }
-    // The log's record first: a member added later, or one that moved, is known only there.
-    let recorded = st.addresses.iter().find(|(id, _)| *id == st.master_id).map(|(_, a)| a.peer.parse());
-    let addr = match recorded {
+    let addr = match directory.address(st, st.master_id).map(|a| a.peer.parse()) {
         Some(Ok(addr)) => Some(addr),
         Some(Err(_)) => {
             return Route::no_master(format!("node {} is master but its recorded address is not usable", st.master_id))
         }
-        None => peers.get(&st.master_id).copied(),
+        None => None,
     };
     match addr {
         Some(addr) => Route::Master {
@@ -532,13 +522,13 @@ fn route_for(
 async fn publish_routes(
     node_id: u64,
     local: std::net::SocketAddr,
-    peers: std::collections::HashMap<u64, std::net::SocketAddr>,
+    directory: Directory,
     mut status: watch::Receiver<NodeStatus>,
     mut serving: watch::Receiver<Option<u64>>,
     routes: watch::Sender<Route>,
 ) {
     loop {
-        let route = route_for(node_id, local, &peers, &status.borrow_and_update(), *serving.borrow_and_update());
+        let route = route_for(node_id, local, &directory, &status.borrow_and_update(), *serving.borrow_and_update());
         routes.send_if_modified(|r| {
             if *r == route {
                 return false;
