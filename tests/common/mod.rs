@@ -421,6 +421,25 @@ impl Cluster {
         body
     }
 
+    /// On a failed test, with `PAXSQL_TEST_LOGS=DIR` set, copies every node's whole logs (the panic message holds
+    /// only their tails) to DIR/<cluster dir name>/nN/, for a failure that does not reproduce at will.
+    fn keep_logs(&self) {
+        let Some(root) = std::env::var_os("PAXSQL_TEST_LOGS") else { return };
+        let Some(name) = self.dir.path().file_name() else { return };
+        for id in 1..=8 {
+            let from = self.node_dir(id).join("log");
+            let Ok(entries) = std::fs::read_dir(&from) else { continue };
+            let to = Path::new(&root).join(name).join(format!("n{id}"));
+            if std::fs::create_dir_all(&to).is_err() {
+                return;
+            }
+            for e in entries.flatten() {
+                let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+            }
+        }
+        eprintln!("node logs kept in {}", Path::new(&root).join(name).display());
+    }
+
     pub fn logs(&self) -> String {
         let mut s = String::new();
         for id in 1..=8 {
@@ -440,6 +459,9 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = command(&self.netns, paxsql()).args(["cluster", "down", "--dir"]).arg(self.dir.path()).output();
+        if std::thread::panicking() {
+            self.keep_logs();
+        }
         if let Some(ns) = &self.netns {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
