@@ -22,7 +22,7 @@ pub enum AdminError {
 
     /// A client packet is not valid (framing, size limit, or login fields).
     #[error("bad client packet: {0}")]
-    BadPacket(#[from] paxsql_repl_server::Error),
+    BadPacket(#[from] paxsql_mysql_wire::WireError),
 
     /// The client did not finish logging in within the time allowed.
     #[error("login not completed within {seconds} s")]
@@ -32,7 +32,7 @@ pub enum AdminError {
     #[error("client requested TLS, which the admin port does not offer")]
     TlsRequested,
 
-    /// The command loop behind the login (opensrv-mysql) ended before answering the login.
+    /// The client left in the middle of the login (after the TLS handshake, before its login packet).
     #[error("admin session ended during login")]
     SessionGone,
 

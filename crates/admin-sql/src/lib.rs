@@ -6,8 +6,8 @@
 //! refreshes it every status tick); neither changes anything in the cluster.
 //!
 //! - [`AdminSqlServer`]: `SELECT * FROM paxsql.members`, `SELECT * FROM paxsql.master`, `SHOW STATUS [LIKE
-//!   'pattern']`, plus the probes clients send at connect. Built on opensrv-mysql's command loop; the login
-//!   (`mysql_native_password`, MariaDB's error 1045 on a wrong password) is ours ([`login`] says why).
+//!   'pattern']`, plus the probes clients send at connect, over the shared MySQL wire crate
+//!   ([`paxsql_mysql_wire`]): MariaDB's own error 1045 on a wrong password, one task per connection.
 //! - [`Metrics`] / [`MetricsServer`]: gauges from the view, counters and a histogram the node drives.
 //!
 //! ```no_run
@@ -29,7 +29,6 @@
 //! ```
 
 mod error;
-pub mod login;
 mod metrics;
 mod query;
 mod server;

@@ -30,12 +30,11 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tracing::{debug, info};
 
 use crate::error::AdminError;
-use crate::server::accept;
 use crate::view::ClusterView;
+use paxsql_listener::AcceptLoop;
 use paxsql_proxy::ProxyStatsSnapshot;
 
 type ReasonLabels = [(&'static str, &'static str); 1];
@@ -404,6 +403,8 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 /// A scrape connection that stays open longer than this is closed (keeps slow or idle clients from holding
 /// tasks forever).
 const CONNECTION_MAX: Duration = Duration::from_secs(60);
+/// Concurrent scrapes; more wait in the listen backlog.
+const METRICS_CONNECTIONS_MAX: usize = 32;
 
 /// `GET /metrics` over HTTP/1.1; every other path is 404.
 pub struct MetricsServer {
@@ -432,9 +433,10 @@ impl MetricsServer {
     }
 
     /// Serves until `shutdown` turns true (or its sender is dropped); open connections end with it.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), AdminError> {
-        let mut tasks = JoinSet::new();
-        while let Some((stream, peer)) = accept(&self.listener, &mut shutdown, "metrics").await {
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<(), AdminError> {
+        // Scrapes are short: at shutdown one in flight is cut rather than waited for.
+        let acceptor = AcceptLoop { drain: Duration::ZERO, ..AcceptLoop::new("metrics", METRICS_CONNECTIONS_MAX) };
+        let serve = |stream, peer: SocketAddr, permit| {
             let metrics = self.metrics.clone();
             let view = self.view.clone();
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -442,17 +444,16 @@ impl MetricsServer {
                 async move { Ok::<_, Infallible>(response) }
             });
             let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-            tasks.spawn(async move {
+            async move {
+                let _permit = permit;
                 match tokio::time::timeout(CONNECTION_MAX, connection).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => debug!(%peer, error = %e, "metrics connection failed"),
                     Err(_) => debug!(%peer, "metrics connection closed after the time limit"),
                 }
-            });
-            while tasks.try_join_next().is_some() {}
-        }
-        drop(self.listener);
-        tasks.shutdown().await;
+            }
+        };
+        acceptor.run(self.listener, shutdown, serve, |_, _| {}).await;
         Ok(())
     }
 }

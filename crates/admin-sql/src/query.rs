@@ -7,8 +7,7 @@
 //! a large crate to every build. A small tokenizer (quotes, backticks, comments, `@@scope.name`) plus token
 //! patterns is less code than that match, and every form it accepts is listed in [`parse`].
 
-use opensrv_mysql::ErrorKind;
-use paxsql_repl_server::like;
+use paxsql_mysql_wire::statement::like;
 
 use crate::view::ClusterView;
 
@@ -37,6 +36,17 @@ pub enum Cell {
     Text(String),
 }
 
+impl Cell {
+    /// The text-protocol form of the value (`None` for NULL).
+    pub fn into_text(self) -> Option<String> {
+        match self {
+            Cell::Null => None,
+            Cell::Int(n) => Some(n.to_string()),
+            Cell::Text(s) => Some(s),
+        }
+    }
+}
+
 /// How a column is announced to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnKind {
@@ -53,6 +63,35 @@ pub struct Table {
     pub rows: Vec<Vec<Cell>>,
 }
 
+/// The errors the port answers with: MariaDB's codes (`kind as u16`) and SQLSTATEs for the same conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum SqlErrorKind {
+    /// `ER_BAD_DB_ERROR`: no such database.
+    BadDb = 1049,
+    /// `ER_PARSE_ERROR`: a statement the port does not understand.
+    ParseError = 1064,
+    /// `ER_EMPTY_QUERY`.
+    EmptyQuery = 1065,
+    /// `ER_UNKNOWN_SYSTEM_VARIABLE`.
+    UnknownSystemVariable = 1193,
+    /// `ER_UNKNOWN_STMT_HANDLER`.
+    UnknownStmtHandler = 1243,
+    /// `ER_UNSUPPORTED_PS`: prepared statements.
+    UnsupportedPs = 1295,
+}
+
+impl SqlErrorKind {
+    pub fn sql_state(self) -> &'static str {
+        match self {
+            SqlErrorKind::BadDb | SqlErrorKind::ParseError | SqlErrorKind::EmptyQuery => "42000",
+            SqlErrorKind::UnknownSystemVariable | SqlErrorKind::UnknownStmtHandler | SqlErrorKind::UnsupportedPs => {
+                "HY000"
+            }
+        }
+    }
+}
+
 /// The answer to one statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -62,14 +101,14 @@ pub enum Reply {
     /// OK packet, and the session's current database becomes this one.
     Use(String),
     Error {
-        kind: ErrorKind,
+        kind: SqlErrorKind,
         message: String,
     },
 }
 
 impl Reply {
     fn unsupported() -> Reply {
-        Reply::Error { kind: ErrorKind::ER_PARSE_ERROR, message: UNSUPPORTED_HINT.to_string() }
+        Reply::Error { kind: SqlErrorKind::ParseError, message: UNSUPPORTED_HINT.to_string() }
     }
 }
 
@@ -77,7 +116,7 @@ impl Reply {
 pub fn answer(sql: &str, view: &ClusterView, session: &SessionInfo) -> Reply {
     let Some(statement) = parse(sql) else { return Reply::unsupported() };
     match statement {
-        Statement::Empty => Reply::Error { kind: ErrorKind::ER_EMPTY_QUERY, message: "Query was empty".into() },
+        Statement::Empty => Reply::Error { kind: SqlErrorKind::EmptyQuery, message: "Query was empty".into() },
         Statement::Members => Reply::Rows(members_table(view)),
         Statement::Master => Reply::Rows(master_table(view)),
         Statement::ShowStatus { like: pattern } => Reply::Rows(status_table(view, pattern.as_deref())),
@@ -91,7 +130,7 @@ pub fn answer(sql: &str, view: &ClusterView, session: &SessionInfo) -> Reply {
         }),
         Statement::Use(db) => match use_database(&db) {
             Ok(db) => Reply::Use(db.to_string()),
-            Err(message) => Reply::Error { kind: ErrorKind::ER_BAD_DB_ERROR, message },
+            Err(message) => Reply::Error { kind: SqlErrorKind::BadDb, message },
         },
         Statement::Set => Reply::Ok,
         Statement::Select(items) => select(&items, view, session),
@@ -196,7 +235,7 @@ fn select(items: &[SelectItem], view: &ClusterView, session: &SessionInfo) -> Re
                 Some(cell) => cell,
                 None => {
                     return Reply::Error {
-                        kind: ErrorKind::ER_UNKNOWN_SYSTEM_VARIABLE,
+                        kind: SqlErrorKind::UnknownSystemVariable,
                         message: format!("Unknown system variable '{name}'"),
                     }
                 }

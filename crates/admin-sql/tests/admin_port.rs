@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use mysql_async::prelude::*;
-use paxsql_admin_sql::login::{FirstPacket, LoginRequest};
 use paxsql_admin_sql::{
     AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
 };
+use paxsql_mysql_wire::handshake::{FirstPacket, LoginRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -359,7 +359,7 @@ async fn raw_login(addr: SocketAddr) -> Result<TcpStream> {
         max_packet: 1 << 24,
         charset: 45,
         user: USER.as_bytes().to_vec(),
-        auth_response: paxsql_repl_server::client_token(PASSWORD, &salt),
+        auth_response: paxsql_mysql_wire::auth::token(PASSWORD.as_bytes(), &salt),
         database: None,
         plugin: Some(b"mysql_native_password".to_vec()),
     };

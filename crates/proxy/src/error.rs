@@ -16,9 +16,6 @@ pub enum ProxyError {
     /// A backend mariadbd did not accept the connection (or the PROXY header) within `connect_timeout`.
     #[error("cannot reach mariadbd at {backend} within {timeout_ms} ms: {detail}")]
     BackendUnreachable { backend: String, timeout_ms: u128, detail: String },
-    /// Bytes that should be an ERR packet are not one.
-    #[error("malformed ERR packet at byte {offset}: {what}")]
-    MalformedErrPacket { what: &'static str, offset: usize },
     /// Bytes that should be a PROXY v1 header are not one.
     #[error("malformed PROXY v1 header at byte {offset}: {what}")]
     MalformedProxyHeader { what: &'static str, offset: usize },

@@ -16,6 +16,12 @@ use crate::statement::{self, Verdict};
 use crate::tls::{self, ServerTls};
 use crate::wire::{ErrPacket, ProxyHeader};
 use crate::{Backend, ForwardMode, ProxyError, ProxyStats};
+use paxsql_mysql_wire::caps;
+use paxsql_mysql_wire::command::{COM_CHANGE_USER, COM_DROP_DB, COM_PROCESS_KILL, COM_QUERY, COM_STMT_PREPARE};
+use paxsql_mysql_wire::handshake::{
+    change_user_name, clear_ssl_capability, is_ssl_request, login_capabilities, login_user,
+};
+use paxsql_mysql_wire::packet::{chunk_len, MAX_CHUNK as PAYLOAD_MAX};
 
 /// Buffer per direction in [`ForwardMode::Copy`]: a large result set moves in few syscalls.
 const COPY_BUF_BYTES: usize = 64 * 1024;
@@ -239,21 +245,15 @@ impl ServerStream for UnixStream {
     }
 }
 
-/// The payload length in a packet's first three bytes (little-endian); `packet` holds at least the 4-byte header.
-fn payload_len(packet: &[u8]) -> usize {
-    usize::from(packet[0]) | usize::from(packet[1]) << 8 | usize::from(packet[2]) << 16
+/// The payload length in a packet's 4-byte header.
+fn payload_len(header: &[u8; 4]) -> usize {
+    chunk_len(header)
 }
 
-/// A MySQL packet's payload length field value that says "more of this payload follows in the next packet".
-const PAYLOAD_MAX: usize = 0xFF_FFFF;
 /// Commands that fit one packet are read whole and judged before they are sent (so a suspect word inside a string
 /// literal is read as data); a command of several packets (16 MiB and more) streams and is cut (backend reset
 /// before its last byte) if it holds a suspect word anywhere.
 const JUDGED_WHOLE_MAX: usize = PAYLOAD_MAX - 1;
-const COM_QUERY: u8 = 0x03;
-const COM_PROCESS_KILL: u8 = 0x0c;
-const COM_STMT_PREPARE: u8 = 0x16;
-const COM_CHANGE_USER: u8 = 0x11;
 /// Commands a client may send through the proxy besides those judged above; every other one is answered with an
 /// error and never reaches mariadbd. Left out on purpose: `COM_SHUTDOWN` (0x08: a clean stop commits every waiting
 /// transaction without its ACK, then the master's node fails over — MariaDB's test suite sends it), the replication
@@ -283,9 +283,6 @@ const PASSED_COMMANDS: [u8; 19] = [
     0xfa, // COM_STMT_BULK_EXECUTE
     0xfb, // COM_STMT_BULK_EXECUTE (10.2's number)
 ];
-/// `COM_DROP_DB`'s name: dropping `mysql` takes the node's accounts with it.
-const COM_DROP_DB: u8 = 0x06;
-const CLIENT_COMPRESS: u32 = 0x20;
 
 /// Where the client's packet stream is, after its login packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -398,12 +395,12 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             }
             // A privileged account's login refused at the handshake must not come in through a change of user.
             COM_CHANGE_USER
-                if handshake_user_of_change(&payload)
-                    .is_some_and(|u| rules.refused_users.is_some_and(|r| r.contains(u))) =>
+                if change_user_name(&payload).is_some_and(|u| rules.refused_users.is_some_and(|r| r.contains(u))) =>
             {
                 stats.command_refused();
                 Some(signal("paxsql: a change to an account holding READ ONLY ADMIN is refused on the read-only port"))
             }
+            // Dropping `mysql` takes the node's accounts with it.
             COM_DROP_DB if !rules.node_accounts.is_empty() && payload[1..].eq_ignore_ascii_case(b"mysql") => {
                 stats.command_refused();
                 Some(signal(statement::REFUSE_NODE_ACCOUNTS))
@@ -466,22 +463,21 @@ async fn log_in_within<S: AsyncWrite + Unpin>(
     stats: &ProxyStats,
 ) -> io::Result<ClientConn> {
     let (seq, payload) = read_login_packet(&mut client).await?;
-    let caps = tls::response_capabilities(&payload);
-    if caps & tls::CLIENT_SSL == 0 {
+    if login_capabilities(&payload) & caps::SSL == 0 {
         if rules.tls_required {
             stats.refused_plaintext();
             let message = "paxsql: connections without TLS are refused on this port; connect with TLS (e.g. \
                            --ssl-verify-server-cert --ssl-ca=<cluster CA>)";
-            let err = ErrPacket { code: ER_SECURE_TRANSPORT_REQUIRED, sql_state: *b"08004", message: message.into() };
+            let err = ErrPacket::new(ER_SECURE_TRANSPORT_REQUIRED, "08004", message);
             return Err(refuse_login(&mut client, seq, err, "plaintext client where TLS is required").await);
         }
         let mut client = ClientConn::Plain(client);
         send_login(&mut client, server, rules, stats, seq, payload).await?;
         return Ok(client);
     }
-    let Some(server_tls) = rules.tls.filter(|_| tls::is_ssl_request(&payload)) else {
+    let Some(server_tls) = rules.tls.filter(|_| is_ssl_request(&payload)) else {
         let message = "paxsql: TLS is not configured on this node's client ports".to_string();
-        let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message };
+        let err = ErrPacket::new(ER_NOT_SUPPORTED_YET, "08004", message);
         stats.command_refused();
         return Err(refuse_login(&mut client, seq, err, "client asked for TLS").await);
     };
@@ -489,7 +485,7 @@ async fn log_in_within<S: AsyncWrite + Unpin>(
     stats.tls_session();
     let (seq, mut payload) = read_login_packet(&mut tls_stream).await?;
     let mut client = ClientConn::Tls(Box::new(tls_stream));
-    tls::clear_ssl_capability(&mut payload);
+    clear_ssl_capability(&mut payload);
     send_login(&mut client, server, rules, stats, seq.wrapping_sub(1), payload).await?;
     Ok(client)
 }
@@ -505,20 +501,20 @@ async fn send_login<S: AsyncWrite + Unpin>(
 ) -> io::Result<()> {
     // The client's own numbering: one ahead of the server's over TLS.
     let client_seq = if matches!(client, ClientConn::Tls(_)) { seq.wrapping_add(1) } else { seq };
-    if tls::response_capabilities(&payload) & CLIENT_COMPRESS != 0 {
+    if login_capabilities(&payload) & caps::COMPRESS != 0 {
         let message = "paxsql: compression through the proxy is not available: the proxy reads each command to keep \
                        KILL from ending a commit before a majority holds it (see README)";
-        let err = ErrPacket { code: ER_NOT_SUPPORTED_YET, sql_state: *b"08004", message: message.into() };
+        let err = ErrPacket::new(ER_NOT_SUPPORTED_YET, "08004", message);
         stats.command_refused();
         return Err(refuse_login(client, client_seq, err, "client asked for compression").await);
     }
-    if let Some(user) = handshake_user(&payload).filter(|u| rules.refused_users.is_some_and(|r| r.contains(*u))) {
+    if let Some(user) = login_user(&payload).filter(|u| rules.refused_users.is_some_and(|r| r.contains(*u))) {
         let message = format!(
             "paxsql: account {user:?} holds READ ONLY ADMIN, which read_only does not bind: on this replica it could \
              write what the cluster's log does not hold. Read through the read-write port"
         );
         info!(user, "privileged login refused on the read-only port");
-        let err = ErrPacket { code: ER_SPECIFIC_ACCESS_DENIED, sql_state: *b"42000", message };
+        let err = ErrPacket::new(ER_SPECIFIC_ACCESS_DENIED, "42000", message);
         stats.command_refused();
         return Err(refuse_login(client, client_seq, err, "privileged account on the RO port").await);
     }
@@ -538,7 +534,7 @@ async fn read_login_packet<R: AsyncRead + Unpin>(client: &mut R) -> io::Result<(
 /// connection.
 async fn refuse_login<W: AsyncWrite + Unpin>(client: &mut W, seq: u8, err: ErrPacket, why: &str) -> io::Error {
     let _ = async {
-        client.write_all(&err.encode(seq.wrapping_add(1))).await?;
+        client.write_all(&err.packet(seq.wrapping_add(1))).await?;
         client.flush().await
     }
     .await;
@@ -591,21 +587,6 @@ impl AsyncWrite for ClientConn {
 /// MariaDB's `ER_SPECIFIC_ACCESS_DENIED_ERROR`.
 const ER_SPECIFIC_ACCESS_DENIED: u16 = 1227;
 
-/// The user name of a `HandshakeResponse41` payload (capabilities, max packet, charset, 23 filler bytes, then the
-/// NUL-terminated name); `None` when the payload is too short or the name does not end.
-fn handshake_user(payload: &[u8]) -> Option<&str> {
-    let rest = payload.get(32..)?;
-    let end = rest.iter().position(|b| *b == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
-/// The user name of a `COM_CHANGE_USER` payload (the command byte, then the NUL-terminated name).
-fn handshake_user_of_change(payload: &[u8]) -> Option<&str> {
-    let rest = payload.get(1..)?;
-    let end = rest.iter().position(|b| *b == 0)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
 /// `SIGNAL` makes MariaDB answer with our message as an ordinary error (SQLSTATE 42000, ER_NOT_SUPPORTED_YET).
 fn signal(message: &str) -> Vec<u8> {
     let escaped = message.replace('\\', "\\\\").replace('\'', "''");
@@ -623,11 +604,8 @@ async fn write_packet<S: AsyncWrite + Unpin>(
     payload: &[u8],
 ) -> io::Result<u64> {
     // A replacement is always far below one packet's maximum; a forwarded payload is one packet already.
-    let len = payload.len().min(PAYLOAD_MAX) as u32;
     out.clear();
-    out.extend_from_slice(&len.to_le_bytes()[..3]);
-    out.push(seq);
-    out.extend_from_slice(payload);
+    paxsql_mysql_wire::packet::encode(seq, payload, out);
     server.write_all(out).await?;
     Ok(out.len() as u64)
 }
@@ -699,7 +677,9 @@ async fn streamed_command<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
 /// [`crate::tls::announce_tls`]). A packet that is not a v10 greeting (an ERR from a full or blocking server) is left
 /// as it is.
 fn restrict_greeting(packet: &mut [u8]) {
-    tls::set_greeting_caps(packet, |low| low & !(CLIENT_COMPRESS as u16) & !(tls::CLIENT_SSL as u16));
+    paxsql_mysql_wire::handshake::set_greeting_capabilities(packet, |low| {
+        low & !(caps::COMPRESS as u16) & !(caps::SSL as u16)
+    });
 }
 
 /// A connected backend mariadbd, by transport.
@@ -868,9 +848,10 @@ async fn read_greeting<S: AsyncRead + Unpin>(
     timeout: Duration,
 ) -> Result<Vec<u8>, ProxyError> {
     let read = async {
-        let mut packet = vec![0u8; 4];
-        server.read_exact(&mut packet).await?;
-        let len = payload_len(&packet);
+        let mut header = [0u8; 4];
+        server.read_exact(&mut header).await?;
+        let len = payload_len(&header);
+        let mut packet = header.to_vec();
         if len > GREETING_BYTES_MAX {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte first packet")));
         }

@@ -7,23 +7,22 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument as _};
 
 use paxsql_peer_transport::RelayRequest;
 
+use paxsql_listener::{AcceptLoop, WhenFull};
+
 use crate::forward::{open_backend, open_relay, serve_client, unreachable, ClientRules};
-use crate::wire::{ErrPacket, ProxyHeader};
+use crate::wire::{connection_failure, too_many_connections, ErrPacket, ProxyHeader};
 use crate::{Backend, LocalServer, ProxyConfig, ProxyError, ProxyStats, Route};
 
 /// After shutdown, how long `run` waits for connection tasks to close their sockets.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(5);
 /// Bound on writing an ERR packet to a client that does not read.
 const ERR_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Backoff after a failed `accept` (EMFILE and the like), so the loop does not spin.
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Asks the node of a master whether its mariadbd serves as master in a term right now: `(node_id,
 /// master_version) -> yes`. The RW port calls it after the backend greeted and before the client is handed over;
@@ -80,8 +79,6 @@ struct Shared {
     local: Option<watch::Receiver<LocalServer>>,
     privileged: Option<PrivilegedAccounts>,
     shutdown: watch::Receiver<bool>,
-    /// One permit per open connection; `run` takes them all back to know every task is gone.
-    slots: Arc<Semaphore>,
     next_conn_id: AtomicU64,
 }
 
@@ -146,20 +143,17 @@ impl Proxy {
             local: self.local,
             privileged: self.privileged,
             shutdown: shutdown.clone(),
-            slots: Arc::new(Semaphore::new(max)),
             next_conn_id: AtomicU64::new(1),
         });
         info!(rw = ?self.rw.as_ref().and_then(|l| l.local_addr().ok()),
               ro = ?self.ro.as_ref().and_then(|l| l.local_addr().ok()), "proxy serving");
+        // One limit for both ports; a client beyond it is told "too many connections", as by mariadbd.
+        let acceptor =
+            AcceptLoop { when_full: WhenFull::Refuse, drain: SHUTDOWN_DRAIN, ..AcceptLoop::new("proxy", max) };
         tokio::join!(
-            accept_loop(self.rw, Port::ReadWrite, Arc::clone(&shared)),
-            accept_loop(self.ro, Port::ReadOnly, Arc::clone(&shared)),
+            accept_loop(&acceptor, self.rw, Port::ReadWrite, &shared),
+            accept_loop(&acceptor, self.ro, Port::ReadOnly, &shared),
         );
-        // Every task watches `shutdown` too; wait until they have all given their slot back.
-        let all = u32::try_from(max).unwrap_or(u32::MAX);
-        if tokio::time::timeout(SHUTDOWN_DRAIN, shared.slots.acquire_many(all)).await.is_err() {
-            warn!(active = shared.stats.snapshot().active, "proxy connections still closing after shutdown");
-        }
         info!("proxy stopped");
         Ok(())
     }
@@ -174,51 +168,30 @@ async fn shutdown_requested(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-async fn accept_loop(listener: Option<TcpListener>, port: Port, shared: Arc<Shared>) {
+async fn accept_loop(acceptor: &AcceptLoop, listener: Option<TcpListener>, port: Port, shared: &Arc<Shared>) {
     let Some(listener) = listener else { return };
-    let stop = shutdown_requested(shared.shutdown.clone());
-    tokio::pin!(stop);
-    let mut backoff = ACCEPT_BACKOFF_MIN;
-    loop {
-        let accepted = tokio::select! {
-            _ = &mut stop => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (client, peer) = match accepted {
-            Ok(pair) => {
-                backoff = ACCEPT_BACKOFF_MIN;
-                pair
-            }
-            Err(e) => {
-                warn!(port = port.name(), error = %e, "accept failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                continue;
-            }
-        };
-        let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
-            shared.stats.refused_max_connections();
-            // A fresh socket's send buffer takes the few bytes at once; never wait on a client here.
-            let _ = client.try_write(&ErrPacket::too_many_connections().encode(0));
-            continue;
-        };
+    let serve = |client: TcpStream, peer, slot| {
         let id = shared.next_conn_id.fetch_add(1, Ordering::Relaxed);
         let span = info_span!("proxy_conn", id, port = port.name(), %peer);
-        let shared = Arc::clone(&shared);
-        tokio::spawn(
-            async move {
-                let _slot = slot;
-                let _active = shared.stats.accepted();
-                // Queries and results are small packets; Nagle would hold them back.
-                let _ = client.set_nodelay(true);
-                match port {
-                    Port::ReadWrite => serve_read_write(&shared, client, peer).await,
-                    Port::ReadOnly => serve_read_only(&shared, client, peer).await,
-                }
+        let shared = Arc::clone(shared);
+        async move {
+            let _slot = slot;
+            let _active = shared.stats.accepted();
+            // Queries and results are small packets; Nagle would hold them back.
+            let _ = client.set_nodelay(true);
+            match port {
+                Port::ReadWrite => serve_read_write(&shared, client, peer).await,
+                Port::ReadOnly => serve_read_only(&shared, client, peer).await,
             }
-            .instrument(span),
-        );
-    }
+        }
+        .instrument(span)
+    };
+    let refuse = |client: TcpStream, _| {
+        shared.stats.refused_max_connections();
+        // A fresh socket's send buffer takes the few bytes at once; never wait on a client here.
+        let _ = client.try_write(&too_many_connections().packet(0));
+    };
+    acceptor.run(listener, shared.shutdown.clone(), serve, refuse).await;
 }
 
 fn proxy_header(shared: &Shared, client: &TcpStream, peer: SocketAddr) -> Option<ProxyHeader> {
@@ -230,7 +203,7 @@ fn proxy_header(shared: &Shared, client: &TcpStream, peer: SocketAddr) -> Option
 async fn refuse(mut client: TcpStream, err: ErrPacket) {
     debug!(code = err.code, message = %err.message, "refusing client");
     let _ = tokio::time::timeout(ERR_WRITE_TIMEOUT, async {
-        client.write_all(&err.encode(0)).await?;
+        client.write_all(&err.packet(0)).await?;
         client.shutdown().await
     })
     .await;
@@ -296,8 +269,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                             changed = tokio::time::timeout_at(retry_at, routes.changed()) => changed,
                         };
                         if matches!(changed, Ok(Err(_))) {
-                            refuse(client, ErrPacket::connection_failure("paxsql: the node stopped publishing routes"))
-                                .await;
+                            refuse(client, connection_failure("paxsql: the node stopped publishing routes")).await;
                             return;
                         }
                         continue;
@@ -305,7 +277,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                     Err(e) => {
                         warn!(node_id, master_version, error = %e, "master unreachable");
                         shared.stats.refused_backend_unreachable();
-                        refuse(client, ErrPacket::connection_failure(format!("paxsql: master unreachable: {e}"))).await;
+                        refuse(client, connection_failure(format!("paxsql: master unreachable: {e}"))).await;
                         return;
                     }
                 };
@@ -316,8 +288,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 server.abort();
                 if Instant::now() >= deadline {
                     shared.stats.refused_no_master();
-                    refuse(client, ErrPacket::connection_failure("paxsql: no master: master changed while connecting"))
-                        .await;
+                    refuse(client, connection_failure("paxsql: no master: master changed while connecting")).await;
                     return;
                 }
             }
@@ -333,7 +304,7 @@ async fn serve_read_write(shared: &Shared, client: TcpStream, peer: SocketAddr) 
                 };
                 shared.stats.refused_no_master();
                 info!(%reason, "no master within the hold time");
-                refuse(client, ErrPacket::connection_failure(format!("paxsql: no master: {reason}"))).await;
+                refuse(client, connection_failure(format!("paxsql: no master: {reason}"))).await;
                 return;
             }
         }
@@ -377,8 +348,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
     let mut local = shared.local.clone();
     if let Some(LocalServer::NotAligned(why)) = local.as_mut().map(|l| l.borrow_and_update().clone()) {
         shared.stats.refused_not_aligned();
-        refuse(client, ErrPacket::connection_failure(format!("paxsql: this node's server is not aligned: {why}")))
-            .await;
+        refuse(client, connection_failure(format!("paxsql: this node's server is not aligned: {why}"))).await;
         return;
     }
     let backend = &shared.cfg.local_backend;
@@ -395,7 +365,7 @@ async fn serve_read_only(shared: &Shared, mut client: TcpStream, peer: SocketAdd
         Err(e) => {
             warn!(error = %e, "local mariadbd unreachable");
             shared.stats.refused_backend_unreachable();
-            refuse(client, ErrPacket::connection_failure(format!("paxsql: local server unreachable: {e}"))).await;
+            refuse(client, connection_failure(format!("paxsql: local server unreachable: {e}"))).await;
             return;
         }
     };

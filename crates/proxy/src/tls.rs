@@ -18,10 +18,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-/// The client's `CLIENT_SSL` capability bit (also the server's, in the greeting).
-pub const CLIENT_SSL: u32 = 0x800;
-/// Payload length of an `SSLRequest`: capabilities (4), max packet (4), charset (1), filler (23).
-const SSL_REQUEST_LEN: usize = 32;
+use paxsql_mysql_wire::caps::SSL as CLIENT_SSL;
+use paxsql_mysql_wire::handshake::set_greeting_capabilities;
 
 /// Why the server certificate or key cannot be used. Each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -86,33 +84,13 @@ impl ServerTls {
 /// Sets `CLIENT_SSL` in a v10 greeting packet (4-byte header included), so clients know they may ask for TLS. A
 /// packet that is not a greeting (an ERR from a full server) is left as it is.
 pub fn announce_tls(packet: &mut [u8]) {
-    set_greeting_caps(packet, |low| low | CLIENT_SSL as u16);
+    set_greeting_capabilities(packet, |low| low | CLIENT_SSL as u16);
 }
 
 /// Clears `CLIENT_SSL` in a v10 greeting packet: where no certificate is configured, a client must not be told
 /// it could have one.
 pub fn withhold_tls(packet: &mut [u8]) {
-    set_greeting_caps(packet, |low| low & !(CLIENT_SSL as u16));
-}
-
-/// Rewrites the low 16 capability bits of a v10 greeting packet (header included).
-pub(crate) fn set_greeting_caps(packet: &mut [u8], f: impl FnOnce(u16) -> u16) {
-    let Some(payload) = packet.get_mut(4..) else { return };
-    if payload.first() != Some(&10) {
-        return;
-    }
-    let Some(version_end) = payload[1..].iter().position(|b| *b == 0) else { return };
-    // protocol, version + NUL, connection id (4), scramble part 1 (8), filler (1), then the low capability bytes.
-    let caps_at = 1 + version_end + 1 + 4 + 8 + 1;
-    if let Some(caps) = payload.get_mut(caps_at..caps_at + 2) {
-        let low = f(u16::from_le_bytes([caps[0], caps[1]]));
-        caps.copy_from_slice(&low.to_le_bytes());
-    }
-}
-
-/// The capability flags at the start of a handshake response (or `SSLRequest`) payload; 0 if it is too short.
-pub fn response_capabilities(payload: &[u8]) -> u32 {
-    payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0)
+    set_greeting_capabilities(packet, |low| low & !(CLIENT_SSL as u16));
 }
 
 /// Reads one whole packet (sequence id, payload of at most `max_payload` bytes) and not a byte past it: a client that
@@ -129,27 +107,13 @@ pub async fn read_one_packet<R: tokio::io::AsyncRead + Unpin>(
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+    let len = paxsql_mysql_wire::packet::chunk_len(&header);
     if len > max_payload {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte packet during the login")));
     }
     let mut payload = vec![0u8; len];
     rd.read_exact(&mut payload).await?;
     Ok(Some((header[3], payload)))
-}
-
-/// Whether a client's first payload is an `SSLRequest`: `CLIENT_SSL` set and nothing after the filler. A full
-/// handshake response with `CLIENT_SSL` set (a client that skipped the TLS handshake) is not one.
-pub fn is_ssl_request(payload: &[u8]) -> bool {
-    response_capabilities(payload) & CLIENT_SSL != 0 && payload.len() == SSL_REQUEST_LEN
-}
-
-/// Clears `CLIENT_SSL` in a handshake response payload: the server behind the proxy runs no TLS with it.
-pub fn clear_ssl_capability(payload: &mut [u8]) {
-    if let Some(caps) = payload.get_mut(..4) {
-        let flags = u32::from_le_bytes([caps[0], caps[1], caps[2], caps[3]]) & !CLIENT_SSL;
-        caps.copy_from_slice(&flags.to_le_bytes());
-    }
 }
 
 #[cfg(test)]
@@ -185,20 +149,6 @@ mod tests {
         let before = short.clone();
         announce_tls(&mut short);
         assert_eq!(short, before);
-    }
-
-    #[test]
-    fn ssl_request_is_told_from_a_full_response() {
-        let mut req = vec![0u8; 32];
-        req[..4].copy_from_slice(&(CLIENT_SSL | 0x200).to_le_bytes());
-        assert!(is_ssl_request(&req));
-        let mut full = req.clone();
-        full.extend_from_slice(b"app\0");
-        assert!(!is_ssl_request(&full));
-        clear_ssl_capability(&mut full);
-        assert_eq!(response_capabilities(&full), 0x200);
-        assert!(!is_ssl_request(&[0u8; 32]));
-        assert!(!is_ssl_request(&[]));
     }
 
     #[test]

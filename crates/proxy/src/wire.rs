@@ -1,7 +1,9 @@
-//! The only bytes the proxy writes itself: a MySQL ERR packet sent instead of the server greeting, and the PROXY
-//! protocol v1 header sent to MariaDB before the client's bytes. Everything else is forwarded untouched.
+//! The proxy's own answers — MySQL ERR packets (the shared wire crate's [`ErrPacket`]) sent instead of the
+//! server's greeting — and the PROXY protocol v1 header sent to MariaDB before the client's bytes.
 
 use std::net::{IpAddr, SocketAddr};
+
+pub use paxsql_mysql_wire::ErrPacket;
 
 use crate::ProxyError;
 
@@ -14,91 +16,20 @@ pub const ER_SERVER_SHUTDOWN: u16 = 1053;
 pub const SQLSTATE_CONNECTION_FAILURE: [u8; 5] = *b"08S01";
 /// SQLSTATE of `ER_CON_COUNT_ERROR`.
 pub const SQLSTATE_CONNECTION_REJECTED: [u8; 5] = *b"08004";
-/// MariaDB's `MYSQL_ERRMSG_SIZE`: clients keep at most this many bytes of a message.
-const MESSAGE_BYTES_MAX: usize = 511;
 /// PROXY v1: "the maximum line length is 107 bytes including the CRLF" (haproxy proxy-protocol.txt §2.1).
 const PROXY_V1_LINE_MAX: usize = 107;
 
-/// A MySQL ERR packet (protocol 4.1 layout: `0xFF`, code, `#`, SQLSTATE, message).
-///
-/// Before the handshake the client has not announced `CLIENT_PROTOCOL_41`, and MariaDB itself then leaves the
-/// `#SQLSTATE` marker out. We put it in because libmariadb (the `mariadb` CLI, Connector/C and everything built
-/// on it), Connector/J, Go's driver and PyMySQL all look for the `#` and so report `08S01`; `mysql_async` parses a
-/// pre-handshake ERR without capabilities and shows `#08S01` at the start of the message instead (code intact).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ErrPacket {
-    /// MariaDB error code.
-    pub code: u16,
-    /// Five ASCII characters.
-    pub sql_state: [u8; 5],
-    /// Human-readable message, cut to 511 bytes (at a char boundary) when encoded.
-    pub message: String,
+/// The answer for a client the proxy cannot serve now (no master, master unreachable).
+pub fn connection_failure(message: impl Into<String>) -> ErrPacket {
+    ErrPacket { code: ER_SERVER_SHUTDOWN, sql_state: Some(SQLSTATE_CONNECTION_FAILURE), message: message.into() }
 }
 
-impl ErrPacket {
-    /// The answer for a client the proxy cannot serve now (no master, master unreachable).
-    pub fn connection_failure(message: impl Into<String>) -> Self {
-        ErrPacket { code: ER_SERVER_SHUTDOWN, sql_state: SQLSTATE_CONNECTION_FAILURE, message: message.into() }
-    }
-
-    /// The answer when `max_connections` is reached.
-    pub fn too_many_connections() -> Self {
-        ErrPacket {
-            code: ER_CON_COUNT_ERROR,
-            sql_state: SQLSTATE_CONNECTION_REJECTED,
-            message: "paxsql: too many connections".into(),
-        }
-    }
-
-    /// One whole packet: 3-byte little-endian payload length, sequence id `seq`, payload.
-    pub fn encode(&self, seq: u8) -> Vec<u8> {
-        let mut cut = self.message.len().min(MESSAGE_BYTES_MAX);
-        while !self.message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let message = &self.message.as_bytes()[..cut];
-        let payload_len = 1 + 2 + 1 + 5 + message.len();
-        let mut out = Vec::with_capacity(4 + payload_len);
-        // payload_len <= 520, so it fits the 3-byte length.
-        out.extend_from_slice(&(payload_len as u32).to_le_bytes()[..3]);
-        out.push(seq);
-        out.push(0xFF);
-        out.extend_from_slice(&self.code.to_le_bytes());
-        out.push(b'#');
-        out.extend_from_slice(&self.sql_state);
-        out.extend_from_slice(message);
-        out
-    }
-
-    /// Parses one whole packet as written by [`ErrPacket::encode`]; returns the sequence id too.
-    /// `Ok(None)`: not all bytes are there yet.
-    pub fn decode(buf: &[u8]) -> Result<Option<(u8, ErrPacket)>, ProxyError> {
-        let malformed = |what, offset| ProxyError::MalformedErrPacket { what, offset };
-        if buf.len() < 4 {
-            return Ok(None);
-        }
-        let payload_len = u32::from_le_bytes([buf[0], buf[1], buf[2], 0]) as usize;
-        let Some(payload) = buf.get(4..4 + payload_len) else {
-            return Ok(None);
-        };
-        if buf.len() > 4 + payload_len {
-            return Err(malformed("bytes after the packet", 4 + payload_len));
-        }
-        if payload.first() != Some(&0xFF) {
-            return Err(malformed("header byte is not 0xFF", 4));
-        }
-        if payload.len() < 9 {
-            return Err(malformed("payload shorter than header, code and SQLSTATE", 4 + payload.len()));
-        }
-        if payload[3] != b'#' {
-            return Err(malformed("no '#' SQLSTATE marker", 7));
-        }
-        let code = u16::from_le_bytes([payload[1], payload[2]]);
-        let mut sql_state = [0u8; 5];
-        sql_state.copy_from_slice(&payload[4..9]);
-        let message =
-            std::str::from_utf8(&payload[9..]).map_err(|e| malformed("message is not UTF-8", 13 + e.valid_up_to()))?;
-        Ok(Some((buf[3], ErrPacket { code, sql_state, message: message.to_string() })))
+/// The answer when `max_connections` is reached.
+pub fn too_many_connections() -> ErrPacket {
+    ErrPacket {
+        code: ER_CON_COUNT_ERROR,
+        sql_state: Some(SQLSTATE_CONNECTION_REJECTED),
+        message: "paxsql: too many connections".into(),
     }
 }
 
@@ -174,7 +105,7 @@ mod tests {
 
     #[test]
     fn err_packet_bytes_field_by_field() {
-        let packet = ErrPacket::connection_failure("paxsql: no master: x").encode(0);
+        let packet = connection_failure("paxsql: no master: x").packet(0);
         let mut want = vec![
             29, 0, 0,    // payload length: 1 + 2 + 1 + 5 + 20
             0,    // sequence id: the first packet of the connection
@@ -190,36 +121,26 @@ mod tests {
     #[test]
     fn err_packet_round_trip() {
         for (seq, p) in [
-            (0, ErrPacket::connection_failure("paxsql: no master: election in progress")),
-            (3, ErrPacket::too_many_connections()),
-            (255, ErrPacket { code: 65534, sql_state: *b"HY000", message: String::new() }),
-            (1, ErrPacket::connection_failure("é".repeat(300))),
+            (0, connection_failure("paxsql: no master: election in progress")),
+            (3, too_many_connections()),
+            (255, ErrPacket { code: 65534, sql_state: Some(*b"HY000"), message: String::new() }),
+            (1, connection_failure("é".repeat(300))),
         ] {
-            let bytes = p.encode(seq);
-            let (got_seq, got) = ErrPacket::decode(&bytes).unwrap().unwrap();
-            assert_eq!(got_seq, seq);
+            let bytes = p.packet(seq);
+            let (got_seq, payload, used) = paxsql_mysql_wire::packet::decode(&bytes, 1 << 10).unwrap().unwrap();
+            assert_eq!((got_seq, used), (seq, bytes.len()));
+            let got = ErrPacket::decode(&payload).unwrap();
             assert_eq!(got.code, p.code);
             assert_eq!(got.sql_state, p.sql_state);
             // Long messages are cut at a char boundary within 511 bytes, never mid-character.
             assert!(p.message.starts_with(&got.message));
-            assert!(got.message.len() <= MESSAGE_BYTES_MAX);
-            assert!(got.message.len() + 3 >= p.message.len().min(MESSAGE_BYTES_MAX));
+            assert!(got.message.len() <= 511);
+            assert!(got.message.len() + 3 >= p.message.len().min(511));
             // Every strict prefix is incomplete, never an error or a panic.
             for cut in 0..bytes.len() {
-                assert_eq!(ErrPacket::decode(&bytes[..cut]).unwrap(), None, "prefix of {cut} bytes");
+                assert_eq!(paxsql_mysql_wire::packet::decode(&bytes[..cut], 1 << 10).unwrap(), None, "{cut} bytes");
             }
         }
-    }
-
-    #[test]
-    fn err_packet_decode_rejects_garbage() {
-        let mut ok = ErrPacket::too_many_connections().encode(0);
-        ok[4] = 0x00; // an OK packet, not ERR
-        assert!(matches!(ErrPacket::decode(&ok), Err(ProxyError::MalformedErrPacket { offset: 4, .. })));
-        let mut extra = ErrPacket::too_many_connections().encode(0);
-        extra.push(0);
-        assert!(ErrPacket::decode(&extra).is_err());
-        assert!(ErrPacket::decode(&[3, 0, 0, 0, 0xFF, 1, 2]).is_err());
     }
 
     #[test]

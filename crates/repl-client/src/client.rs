@@ -1,5 +1,5 @@
-//! The tokio shell around [`crate::protocol`]: connect, log in, the replica's setup statements, the dump, the
-//! event stream and the ACK writer.
+//! The tokio shell around the wire crate ([`paxsql_mysql_wire`]): connect, log in, the replica's setup statements,
+//! the dump, the event stream and the ACK writer.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,9 +12,18 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, trace, warn};
 
+use paxsql_mysql_wire::auth::{self, NATIVE_PASSWORD};
+use paxsql_mysql_wire::command::com_query;
+use paxsql_mysql_wire::handshake::{AuthReply, Greeting, LoginRequest};
+use paxsql_mysql_wire::packet::{self, Check, Frame};
+use paxsql_mysql_wire::replication::{
+    semi_sync_ack, BinlogDump, RegisterSlave, SemiSyncFraming, StreamPacket, BINLOG_SEND_ANNOTATE_ROWS_EVENT,
+};
+use paxsql_mysql_wire::resultset::{parse_column_count, parse_text_row};
+use paxsql_mysql_wire::{is_eof, is_ok, ErrPacket};
+
 use crate::error::{Error, Result};
-use crate::packet::{self, Check, Frame};
-use crate::protocol::{self, AuthReply, SemiSyncFraming, StreamPacket};
+use crate::protocol::{server_error, CLIENT_CAPS, CLIENT_MAX_PACKET};
 
 /// Where the master listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,7 +217,7 @@ async fn ack_writer(
         }
         let Some(ack) = latest.borrow_and_update().clone() else { continue };
         let mut bytes = Vec::with_capacity(32);
-        packet::encode(0, &protocol::semi_sync_ack(&ack.file, ack.pos), &mut bytes);
+        packet::encode(0, &semi_sync_ack(&ack.file, ack.pos), &mut bytes);
         if let Err(e) = writer.write_all(&bytes).await {
             warn!(file = %ack.file, pos = ack.pos, error = %e, "semi-sync ACK not sent; the ACK writer stops");
             break;
@@ -275,18 +284,25 @@ impl Session {
         Ok(payload)
     }
 
-    async fn login(&mut self, opts: &ConnectOptions) -> Result<protocol::Greeting> {
-        let greeting = protocol::parse_greeting(&self.read(0, "reading the greeting").await?)?;
+    async fn login(&mut self, opts: &ConnectOptions) -> Result<Greeting> {
+        let payload = self.read(0, "reading the greeting").await?;
+        if payload.first() == Some(&0xFF) {
+            // Too many connections, host blocked: an ERR in place of the greeting.
+            return Err(server_error(ErrPacket::decode(&payload)?, "the connection greeting"));
+        }
+        let greeting = Greeting::decode(&payload)?;
         debug!(version = %greeting.server_version, id = greeting.connection_id, plugin = %greeting.auth_plugin, "greeting");
-        let login = protocol::handshake_response(&greeting, &opts.user, &opts.password);
-        self.write(1, &login, "sending the login").await?;
+        let token = auth::token(opts.password.as_bytes(), &greeting.scramble);
+        let login = LoginRequest::native(CLIENT_CAPS, greeting.capabilities, CLIENT_MAX_PACKET, &opts.user, token);
+        self.write(1, &login.encode(), "sending the login").await?;
         let mut seq = 2u8;
         // A server may switch plugins once; a second switch would be a loop we do not follow.
         for _ in 0..2 {
-            match protocol::parse_auth_reply(&self.read(seq, "logging in").await?)? {
+            match AuthReply::decode(&self.read(seq, "logging in").await?)? {
                 AuthReply::Ok => return Ok(greeting),
-                AuthReply::Switch { plugin, data } if plugin == protocol::NATIVE_PASSWORD => {
-                    let token = protocol::native_password_token(opts.password.as_bytes(), &data);
+                AuthReply::Err(e) => return Err(server_error(e, "login")),
+                AuthReply::Switch { plugin, data } if plugin == NATIVE_PASSWORD => {
+                    let token = auth::token(opts.password.as_bytes(), &data);
                     self.write(seq.wrapping_add(1), &token, "answering the auth switch").await?;
                     seq = seq.wrapping_add(2);
                 }
@@ -302,9 +318,9 @@ impl Session {
         self.write(0, payload, what).await?;
         let reply = self.read(1, "reading a command reply").await?;
         if reply.first() == Some(&0xFF) {
-            return Err(protocol::parse_err(&reply)?.into_error(what));
+            return Err(server_error(ErrPacket::decode(&reply)?, what));
         }
-        if !protocol::is_ok(&reply)? {
+        if !is_ok(&reply)? {
             return Err(Error::Protocol { during: "command reply", what: "expected OK", offset: 0 });
         }
         Ok(())
@@ -312,22 +328,22 @@ impl Session {
 
     async fn exec(&mut self, sql: &str) -> Result<()> {
         debug!(sql, "setup statement");
-        self.command_ok(&protocol::com_query(sql), sql).await
+        self.command_ok(&com_query(sql), sql).await
     }
 
     /// Runs a query and returns its rows (text protocol, NULL as `None`).
     async fn query(&mut self, sql: &str) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
         const DURING: &str = "reading a result set";
         debug!(sql, "setup query");
-        self.write(0, &protocol::com_query(sql), sql).await?;
+        self.write(0, &com_query(sql), sql).await?;
         let first = self.read(1, DURING).await?;
         if first.first() == Some(&0xFF) {
-            return Err(protocol::parse_err(&first)?.into_error(sql));
+            return Err(server_error(ErrPacket::decode(&first)?, sql));
         }
-        if protocol::is_ok(&first)? {
+        if is_ok(&first)? {
             return Ok(Vec::new());
         }
-        let columns = protocol::parse_column_count(&first)?;
+        let columns = parse_column_count(&first)?;
         let columns = usize::try_from(columns).ok().filter(|&c| c <= 4096).ok_or(Error::Protocol {
             during: DURING,
             what: "absurd column count",
@@ -339,20 +355,20 @@ impl Session {
             seq = seq.wrapping_add(1);
         }
         let eof = self.read(seq, DURING).await?;
-        if !protocol::is_eof(&eof) {
+        if !is_eof(&eof) {
             return Err(Error::Protocol { during: DURING, what: "no EOF after the column definitions", offset: 0 });
         }
         let mut rows = Vec::new();
         loop {
             seq = seq.wrapping_add(1);
             let p = self.read(seq, DURING).await?;
-            if protocol::is_eof(&p) {
+            if is_eof(&p) {
                 return Ok(rows);
             }
             if p.first() == Some(&0xFF) {
-                return Err(protocol::parse_err(&p)?.into_error(sql));
+                return Err(server_error(ErrPacket::decode(&p)?, sql));
             }
-            rows.push(protocol::parse_text_row(&p, columns)?);
+            rows.push(parse_text_row(&p, columns)?);
         }
     }
 
@@ -456,16 +472,13 @@ impl ReplicationClient {
         s.exec(&format!("SET @slave_connect_state='{}'", opts.start)).await?;
         s.exec("SET @slave_gtid_strict_mode=1").await?;
         s.exec("SET @slave_gtid_ignore_duplicates=0").await?;
-        s.command_ok(&protocol::com_register_slave(opts.server_id, 0), "COM_REGISTER_SLAVE").await?;
+        s.command_ok(&RegisterSlave { server_id: opts.server_id, report_port: 0 }.encode(), "COM_REGISTER_SLAVE")
+            .await?;
         if opts.semi_sync {
             s.exec("SET @rpl_semi_sync_slave= 1").await?;
         }
-        s.write(
-            0,
-            &protocol::com_binlog_dump(opts.server_id, protocol::BINLOG_SEND_ANNOTATE_ROWS_EVENT),
-            "COM_BINLOG_DUMP",
-        )
-        .await?;
+        s.write(0, &BinlogDump::gtid(opts.server_id, BINLOG_SEND_ANNOTATE_ROWS_EVENT).encode(), "COM_BINLOG_DUMP")
+            .await?;
         debug!(start = %opts.start, server_id = opts.server_id, "binlog dump requested");
 
         let (latest_tx, latest_rx) = watch::channel(None);
@@ -513,11 +526,11 @@ impl ReplicationClient {
                 });
             }
             self.expected_seq = frame.last_seq.wrapping_add(1);
-            match protocol::parse_stream_packet(&payload, &mut self.framing)? {
+            match StreamPacket::decode(&payload, &mut self.framing)? {
                 StreamPacket::Eof => {
                     return Err(Error::Disconnected { during: "the binlog stream (the master sent EOF)".into() })
                 }
-                StreamPacket::Error(e) => return Err(e.into_error("the binlog stream")),
+                StreamPacket::Error(e) => return Err(server_error(e, "the binlog stream")),
                 StreamPacket::Event { ack_requested, offset } => {
                     if ack_requested {
                         // After a packet that wants a reply the master restarts its sequence ids, because

@@ -104,3 +104,15 @@ impl Error {
         }
     }
 }
+
+/// Bytes that do not frame or decode as the protocol says.
+impl From<paxsql_mysql_wire::WireError> for Error {
+    fn from(e: paxsql_mysql_wire::WireError) -> Error {
+        use paxsql_mysql_wire::WireError as W;
+        match e {
+            W::PacketTooLarge { len, max } => Error::PacketTooLarge { len, max },
+            W::PacketOutOfOrder { during, expected, got } => Error::PacketOutOfOrder { during, expected, got },
+            W::Malformed { during, what, offset } => Error::Protocol { during, what, offset },
+        }
+    }
+}

@@ -34,7 +34,6 @@
 
 mod client;
 mod error;
-mod packet;
 mod protocol;
 mod transaction;
 
@@ -47,9 +46,11 @@ pub use transaction::{Transaction, TransactionAssembler};
 #[doc(hidden)]
 pub mod fuzzing {
     use bytes::BytesMut;
-
-    use crate::packet::{self, Check};
-    use crate::protocol::{self, SemiSyncFraming, StreamPacket};
+    use paxsql_mysql_wire::handshake::{AuthReply, Greeting};
+    use paxsql_mysql_wire::packet::{self, Check};
+    use paxsql_mysql_wire::replication::{SemiSyncFraming, StreamPacket};
+    use paxsql_mysql_wire::resultset::{parse_column_count, parse_text_row};
+    use paxsql_mysql_wire::{is_eof, is_ok, ErrPacket};
 
     /// Runs the packet framer over `data` and every payload parser over each framed packet and over `data`
     /// itself. Must return (with errors, silently) for any input; a panic is a bug.
@@ -65,17 +66,17 @@ pub mod fuzzing {
     }
 
     fn parse_payload(p: &[u8]) {
-        let _ = protocol::parse_greeting(p);
-        let _ = protocol::parse_auth_reply(p);
-        let _ = protocol::parse_err(p);
-        let _ = protocol::is_ok(p);
-        let _ = protocol::is_eof(p);
-        let _ = protocol::parse_column_count(p);
+        let _ = Greeting::decode(p);
+        let _ = AuthReply::decode(p);
+        let _ = ErrPacket::decode(p);
+        let _ = is_ok(p);
+        let _ = is_eof(p);
+        let _ = parse_column_count(p);
         for columns in [1, 2, 7] {
-            let _ = protocol::parse_text_row(p, columns);
+            let _ = parse_text_row(p, columns);
         }
         for mut framing in [SemiSyncFraming::Detect, SemiSyncFraming::On, SemiSyncFraming::Off] {
-            if let Ok(StreamPacket::Event { offset, .. }) = protocol::parse_stream_packet(p, &mut framing) {
+            if let Ok(StreamPacket::Event { offset, .. }) = StreamPacket::decode(p, &mut framing) {
                 let event = &p[offset..];
                 let _ = paxsql_binlog::EventHeader::decode(event);
                 for checksum in [paxsql_binlog::Checksum::Crc32, paxsql_binlog::Checksum::Off] {

@@ -18,10 +18,8 @@ use paxsql_binlog::event_type;
 use paxsql_mariadb_testkit::mysql_async::prelude::Queryable;
 use paxsql_mariadb_testkit::mysql_async::Conn;
 use paxsql_mariadb_testkit::{MariaDb, MariaDbOptions, ReplicationSource};
-use paxsql_repl_server::packet::{decode_packet, write_packet};
-use paxsql_repl_server::{
-    client_token, transactions_from_binlog, MemoryEventSource, ReplicationServer, ReplicationServerConfig,
-};
+use paxsql_mysql_wire::packet::{decode as decode_packet, write as write_packet};
+use paxsql_repl_server::{transactions_from_binlog, MemoryEventSource, ReplicationServer, ReplicationServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -75,7 +73,7 @@ impl DumpClient {
         login.extend_from_slice(&[0; 23]);
         login.extend_from_slice(user.as_bytes());
         login.push(0);
-        let token = client_token(password, &salt);
+        let token = paxsql_mysql_wire::auth::token(password.as_bytes(), &salt);
         login.push(token.len() as u8);
         login.extend_from_slice(&token);
         login.extend_from_slice(b"mysql_native_password\0");

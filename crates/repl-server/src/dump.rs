@@ -14,9 +14,10 @@
 use paxsql_binlog::{event_flags, event_type, synth, BinlogEvent, Checksum, EventData, EventHeader, GtidSet};
 
 use crate::error::{Error, Result};
-use crate::packet::{eof_payload, write_packet};
 use crate::session::DumpRequest;
 use crate::source::Transaction;
+use paxsql_mysql_wire::eof_payload;
+use paxsql_mysql_wire::packet::write as write_packet;
 
 /// What every dump of this server shares.
 #[derive(Debug, Clone)]
@@ -127,7 +128,7 @@ impl DumpStream {
     }
 
     fn send_event_bytes(&mut self, event: &[u8], out: &mut Vec<u8>) {
-        let prefix: &[u8] = if self.semi_sync { &[0x00, 0xEF, 0x00] } else { &[0x00] };
+        let prefix = paxsql_mysql_wire::replication::event_prefix(self.semi_sync);
         write_packet(out, &mut self.seq, &[prefix, event]);
     }
 
@@ -155,7 +156,7 @@ impl DumpStream {
         if self.pos + bytes > u64::from(u32::MAX) {
             return Err(Error::TransactionTooLarge { gtid: trx.gtid, bytes });
         }
-        let prefix: &[u8] = if self.semi_sync { &[0x00, 0xEF, 0x00] } else { &[0x00] };
+        let prefix = paxsql_mysql_wire::replication::event_prefix(self.semi_sync);
         for event in &trx.events {
             // Cannot fail: decoded above.
             let Ok(header) = EventHeader::decode(event) else { continue };
@@ -164,7 +165,7 @@ impl DumpStream {
             }
             self.pos += event.len() as u64;
             let log_pos = self.pos as u32;
-            if event.len() + prefix.len() < crate::packet::MAX_CHUNK {
+            if event.len() + prefix.len() < paxsql_mysql_wire::packet::MAX_CHUNK {
                 // Common case: copy once into the output and patch there.
                 let start = out.len() + 4 + prefix.len();
                 write_packet(out, &mut self.seq, &[prefix, event]);
@@ -205,8 +206,8 @@ impl DumpStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::decode_packet;
     use paxsql_binlog::{EventDecoder, Gtid};
+    use paxsql_mysql_wire::packet::decode as decode_packet;
 
     fn config(file_bytes_max: u64) -> DumpConfig {
         DumpConfig {

@@ -80,6 +80,18 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// A client packet that does not frame or decode: it ends that one connection.
+impl From<paxsql_mysql_wire::WireError> for Error {
+    fn from(e: paxsql_mysql_wire::WireError) -> Error {
+        use paxsql_mysql_wire::WireError as W;
+        match e {
+            W::PacketTooLarge { len, max } => Error::PacketTooLarge { len, max },
+            W::PacketOutOfOrder { .. } => Error::Malformed { what: "chunk sequence id out of order", offset: 3 },
+            W::Malformed { what, offset, .. } => Error::Malformed { what, offset },
+        }
+    }
+}
+
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, Error>;
 

@@ -37,22 +37,17 @@
 //! wrote them, with recomputed CRC after the position rewrite); our server_id is configurable and must differ
 //! from the replica's.
 
-mod auth;
 pub mod conformance;
 mod dump;
 mod error;
-pub mod packet;
 mod server;
 mod session;
 mod source;
 
-pub use auth::{client_token, stage2, verify, SCRAMBLE_LEN};
 pub use dump::{DumpConfig, DumpStream};
 pub use error::{Error, Result};
 pub use server::{ReplicationServer, ReplicationServerConfig};
-pub use session::{
-    like, DumpRequest, Session, SessionConfig, Step, BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT,
-};
+pub use session::{DumpRequest, Session, SessionConfig, Step, BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT};
 pub use source::{
     missing_gtid_error, transactions_from_binlog, Batch, Cursor, EventSource, MemoryEventSource, Transaction,
 };

@@ -11,15 +11,15 @@ use rand::RngCore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, Semaphore};
-use tokio::task::JoinSet;
+use tokio::sync::{watch, Notify};
 use tracing::{debug, info, warn};
 
 use crate::dump::{DumpConfig, DumpStream};
 use crate::error::{Error, Result};
-use crate::packet::decode_packet;
 use crate::session::{DumpRequest, Session, SessionConfig, Step};
 use crate::source::EventSource;
+use paxsql_listener::AcceptLoop;
+use paxsql_mysql_wire::packet::decode as decode_packet;
 
 /// Largest client packet we accept. Replicas send short commands; a bigger packet is an attack or a bug.
 const CLIENT_PACKET_MAX: usize = 1 << 20;
@@ -217,57 +217,26 @@ impl<S: EventSource> ReplicationServer<S> {
 
     /// Serves until `shutdown` turns true (or its sender is dropped), then ends every connection and returns
     /// once all connection tasks are gone.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
-        let limit = Arc::new(Semaphore::new(self.shared.config.max_connections));
-        let mut tasks = JoinSet::new();
-        let mut backoff = Duration::from_millis(10);
-        loop {
-            if *shutdown.borrow() {
-                break;
-            }
-            // Take a slot first: at the limit we stop accepting and clients wait in the backlog.
-            let permit = tokio::select! {
-                permit = Arc::clone(&limit).acquire_owned() => match permit {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                _ = shutdown.changed() => break,
-            };
-            let accepted = tokio::select! {
-                r = self.listener.accept() => r,
-                _ = shutdown.changed() => break,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => {
-                    backoff = Duration::from_millis(10);
-                    a
-                }
-                Err(e) => {
-                    // EMFILE and friends: wait and retry rather than spin or die.
-                    warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    continue;
-                }
-            };
-            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+    pub async fn run(self, shutdown: watch::Receiver<bool>) -> Result<()> {
+        let acceptor = AcceptLoop::new("replication", self.shared.config.max_connections);
+        let shared = &self.shared;
+        let serve = |stream, peer, permit| {
+            let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
             let kill = Arc::new(Notify::new());
-            self.shared.registry.lock().insert(id, Registered { kill: Arc::clone(&kill), dump_for: None });
-            let shared = Arc::clone(&self.shared);
+            shared.registry.lock().insert(id, Registered { kill: Arc::clone(&kill), dump_for: None });
+            let shared = Arc::clone(shared);
             let shutdown = shutdown.clone();
-            tasks.spawn(async move {
+            async move {
                 let _permit = permit;
                 let _deregister = Deregister { registry: &shared.registry, id };
                 match serve_connection(&shared, stream, peer, id, kill, shutdown).await {
                     Ok(()) => debug!(conn = id, %peer, "connection closed"),
                     Err(e) => info!(conn = id, %peer, error = %e, "connection ended"),
                 }
-            });
-            while tasks.try_join_next().is_some() {}
-        }
-        info!("replication server shutting down");
-        drop(self.listener);
-        while tasks.join_next().await.is_some() {}
+            }
+        };
+        acceptor.run(self.listener, shutdown.clone(), serve, |_, _| {}).await;
+        info!("replication server stopped");
         Ok(())
     }
 }

@@ -12,31 +12,19 @@ use std::sync::Arc;
 use paxsql_binlog::GtidSet;
 use tracing::{debug, info, warn};
 
-use crate::auth::{self, SCRAMBLE_LEN};
+use paxsql_mysql_wire::auth::{self, NATIVE_PASSWORD, SCRAMBLE_LEN};
+use paxsql_mysql_wire::handshake::{auth_switch_request, FirstPacket, Greeting, LoginRequest};
+use paxsql_mysql_wire::packet::write as write_packet;
+use paxsql_mysql_wire::replication::{BinlogDump, RegisterSlave};
+pub use paxsql_mysql_wire::replication::{BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT};
+use paxsql_mysql_wire::resultset::{Column, ResultSet};
+use paxsql_mysql_wire::statement::like;
+use paxsql_mysql_wire::{caps, command, ok_payload, ErrPacket};
+
 use crate::error::{Error, Result};
-use crate::packet::{caps, err_payload, ok_payload, write_packet, Column, Reader, ResultSet};
-
-/// Commands (first payload byte) we act on.
-mod command {
-    pub const QUIT: u8 = 0x01;
-    pub const INIT_DB: u8 = 0x02;
-    pub const QUERY: u8 = 0x03;
-    pub const PING: u8 = 0x0E;
-    pub const BINLOG_DUMP: u8 = 0x12;
-    pub const REGISTER_SLAVE: u8 = 0x15;
-}
-
-/// COM_BINLOG_DUMP flag: at the end of the log send EOF and stop instead of waiting (mariadb-binlog without
-/// --stop-never).
-pub const BINLOG_DUMP_NON_BLOCK: u16 = 0x0001;
-/// COM_BINLOG_DUMP flag: the replica wants ANNOTATE_ROWS events (a 10.11 replica sends 0x0002).
-pub const BINLOG_SEND_ANNOTATE_ROWS_EVENT: u16 = 0x0002;
 
 /// `@mariadb_slave_capability` a replica must announce for GTID events (`MARIA_SLAVE_CAPABILITY_GTID`).
 const SLAVE_CAPABILITY_GTID: u64 = 4;
-
-/// The auth plugin we speak.
-const NATIVE_PASSWORD: &[u8] = b"mysql_native_password";
 
 /// What a session needs to know about the server; shared by all connections.
 #[derive(Debug, Clone)]
@@ -184,27 +172,17 @@ impl Session {
 
     /// Appends the handshake v10 greeting.
     pub fn greeting(&mut self, out: &mut Vec<u8>) {
-        let mut p = Vec::with_capacity(128);
-        p.push(10); // protocol version
-        p.extend_from_slice(self.config.server_version.as_bytes());
-        p.push(0);
-        p.extend_from_slice(&self.connection_id.to_le_bytes());
-        p.extend_from_slice(&self.salt[..8]);
-        p.push(0);
-        p.extend_from_slice(&(caps::SERVER as u16).to_le_bytes());
-        p.push(45); // utf8mb4_general_ci
-        p.extend_from_slice(&crate::packet::STATUS_AUTOCOMMIT.to_le_bytes());
-        p.extend_from_slice(&((caps::SERVER >> 16) as u16).to_le_bytes());
-        p.push((SCRAMBLE_LEN + 1) as u8);
-        // 6 reserved bytes + 4 bytes of MariaDB extended capabilities (none: we set CLIENT_LONG_PASSWORD, which
-        // MariaDB reads as "this is a MySQL-compatible server").
-        p.extend_from_slice(&[0; 10]);
-        p.extend_from_slice(&self.salt[8..]);
-        p.push(0);
-        p.extend_from_slice(NATIVE_PASSWORD);
-        p.push(0);
+        let greeting = Greeting {
+            server_version: self.config.server_version.clone(),
+            connection_id: self.connection_id,
+            capabilities: caps::PAXSQL_SERVER,
+            charset: paxsql_mysql_wire::CHARSET_UTF8MB4_GENERAL_CI,
+            status: paxsql_mysql_wire::STATUS_AUTOCOMMIT,
+            scramble: self.salt.to_vec(),
+            auth_plugin: NATIVE_PASSWORD.into(),
+        };
         self.seq = 0;
-        write_packet(out, &mut self.seq, &[&p]);
+        write_packet(out, &mut self.seq, &[&greeting.encode()]);
         self.phase = Phase::Login;
     }
 
@@ -253,55 +231,34 @@ impl Session {
     }
 
     fn send_err(&mut self, out: &mut Vec<u8>, code: u16, state: &str, message: &str) {
-        write_packet(out, &mut self.seq, &[&err_payload(code, state, message)]);
+        write_packet(out, &mut self.seq, &[&ErrPacket::new(code, state, message).payload()]);
     }
 
     fn on_login(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<Step> {
-        let mut r = Reader::new(payload);
-        let client_caps = r.u32("capability flags")?;
-        if client_caps & caps::PROTOCOL_41 == 0 {
-            self.send_err(out, 1043, "08S01", "Bad handshake: protocol 4.1 required");
-            self.phase = Phase::Closed;
-            return Ok(Step::Close);
-        }
-        let _max_packet = r.u32("max packet size")?;
-        let _charset = r.u8("character set")?;
-        r.bytes(23, "reserved bytes")?;
-        if r.is_empty() && client_caps & caps::SSL != 0 {
-            self.send_err(out, 1043, "08S01", "Bad handshake: TLS is not supported by the paxsql binlog server");
-            self.phase = Phase::Closed;
-            return Ok(Step::Close);
-        }
-        self.caps = client_caps & caps::SERVER;
-        self.user = String::from_utf8_lossy(r.nul_str()).into_owned();
-        let token = if client_caps & caps::PLUGIN_AUTH_LENENC_CLIENT_DATA != 0 {
-            let n = r.lenenc_int("auth data length")?;
-            let n = usize::try_from(n).map_err(|_| Error::Malformed { what: "auth data length", offset: 36 })?;
-            r.bytes(n, "auth data")?
-        } else if client_caps & caps::SECURE_CONNECTION != 0 {
-            let n = r.u8("auth data length")?;
-            r.bytes(usize::from(n), "auth data")?
-        } else {
-            r.nul_str()
+        let login = match LoginRequest::decode(payload)? {
+            FirstPacket::Login(login) => login,
+            FirstPacket::Protocol320 => {
+                self.send_err(out, 1043, "08S01", "Bad handshake: protocol 4.1 required");
+                self.phase = Phase::Closed;
+                return Ok(Step::Close);
+            }
+            FirstPacket::TlsRequest => {
+                self.send_err(out, 1043, "08S01", "Bad handshake: TLS is not supported by the paxsql binlog server");
+                self.phase = Phase::Closed;
+                return Ok(Step::Close);
+            }
         };
-        if client_caps & caps::CONNECT_WITH_DB != 0 {
-            r.nul_str();
-        }
-        let plugin = if client_caps & caps::PLUGIN_AUTH != 0 { r.nul_str() } else { NATIVE_PASSWORD };
-        if !plugin.is_empty() && plugin != NATIVE_PASSWORD {
+        self.caps = login.capabilities & caps::PAXSQL_SERVER;
+        self.user = String::from_utf8_lossy(&login.user).into_owned();
+        if login.needs_auth_switch() {
             // Ask the client to redo the login with mysql_native_password (AuthSwitchRequest).
-            debug!(conn = self.connection_id, plugin = %String::from_utf8_lossy(plugin), "auth switch");
-            let mut p = vec![0xFE];
-            p.extend_from_slice(NATIVE_PASSWORD);
-            p.push(0);
-            p.extend_from_slice(&self.salt);
-            p.push(0);
-            write_packet(out, &mut self.seq, &[&p]);
+            let plugin = String::from_utf8_lossy(login.plugin.as_deref().unwrap_or_default()).into_owned();
+            debug!(conn = self.connection_id, plugin = %plugin, "auth switch");
+            write_packet(out, &mut self.seq, &[&auth_switch_request(&self.salt)]);
             self.phase = Phase::AuthSwitch;
             return Ok(Step::Continue);
         }
-        let token = token.to_vec();
-        Ok(self.check_token(&token, out))
+        Ok(self.check_token(&login.auth_response, out))
     }
 
     fn check_token(&mut self, token: &[u8], out: &mut Vec<u8>) -> Step {
@@ -328,27 +285,26 @@ impl Session {
             return Err(Error::Malformed { what: "empty command packet", offset: 0 });
         };
         match cmd {
-            command::QUIT => {
+            command::COM_QUIT => {
                 self.phase = Phase::Closed;
                 Ok(Step::Close)
             }
-            command::PING | command::INIT_DB => {
+            command::COM_PING | command::COM_INIT_DB => {
                 self.send_ok(out);
                 Ok(Step::Continue)
             }
-            command::QUERY => {
+            command::COM_QUERY => {
                 let sql = String::from_utf8_lossy(body);
                 Ok(self.on_query(&sql, now_unix, out))
             }
-            command::REGISTER_SLAVE => {
-                let mut r = Reader::new(body);
-                let server_id = r.u32("replica server_id")?;
+            command::COM_REGISTER_SLAVE => {
+                let server_id = RegisterSlave::decode(body)?.server_id;
                 self.registered_server_id = Some(server_id);
                 debug!(conn = self.connection_id, server_id, "COM_REGISTER_SLAVE");
                 self.send_ok(out);
                 Ok(Step::Continue)
             }
-            command::BINLOG_DUMP => self.on_binlog_dump(body, out),
+            command::COM_BINLOG_DUMP => self.on_binlog_dump(body, out),
             other => {
                 warn!(conn = self.connection_id, command = other, "unsupported command");
                 self.send_err(out, 1047, "08S01", "Unknown command");
@@ -358,11 +314,8 @@ impl Session {
     }
 
     fn on_binlog_dump(&mut self, body: &[u8], out: &mut Vec<u8>) -> Result<Step> {
-        let mut r = Reader::new(body);
-        let position = r.u32("binlog position")?;
-        let flags = r.u16("dump flags")?;
-        let server_id = r.u32("replica server_id")?;
-        let file_name = String::from_utf8_lossy(r.rest()).into_owned();
+        let BinlogDump { position, flags, server_id, file_name } = BinlogDump::decode(body)?;
+        let file_name = String::from_utf8_lossy(&file_name).into_owned();
         let capability = self.var("mariadb_slave_capability").and_then(|v| v.trim().parse::<u64>().ok());
         if capability.unwrap_or(0) < SLAVE_CAPABILITY_GTID {
             return Ok(self.refuse_dump(
@@ -645,38 +598,6 @@ fn unquote(s: &str) -> String {
         }
     }
     out
-}
-
-/// SQL LIKE (case-insensitive), `%` and `_` wildcards, `\` escape. Dynamic programming over (pattern, text)
-/// positions, so a hostile pattern of many `%` costs O(pattern × text), not exponential time.
-pub fn like(pattern: &str, text: &str) -> bool {
-    // Pattern tokens: None = '%', Some(None) = '_', Some(Some(c)) = literal c.
-    let mut tokens: Vec<Option<Option<u8>>> = Vec::new();
-    let mut p = pattern.bytes();
-    while let Some(c) = p.next() {
-        tokens.push(match c {
-            b'%' => None,
-            b'_' => Some(None),
-            b'\\' => Some(Some(p.next().unwrap_or(b'\\'))),
-            c => Some(Some(c)),
-        });
-    }
-    let t = text.as_bytes();
-    // matches[j]: the tokens so far match t[..j].
-    let mut matches = vec![false; t.len() + 1];
-    matches[0] = true;
-    for token in tokens {
-        let mut next = vec![false; t.len() + 1];
-        for j in 0..=t.len() {
-            next[j] = match token {
-                None => matches[j] || (j > 0 && next[j - 1]),
-                Some(None) => j > 0 && matches[j - 1],
-                Some(Some(c)) => j > 0 && matches[j - 1] && t[j - 1].eq_ignore_ascii_case(&c),
-            };
-        }
-        matches = next;
-    }
-    matches[t.len()]
 }
 
 #[cfg(test)]

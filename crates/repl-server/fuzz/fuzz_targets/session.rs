@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use paxsql_repl_server::packet::decode_packet;
-use paxsql_repl_server::{client_token, Session, SessionConfig, Step};
+use paxsql_mysql_wire::packet::decode as decode_packet;
+use paxsql_repl_server::{Session, SessionConfig, Step};
 
 fn login(salt: &[u8; 20]) -> Vec<u8> {
     let mut p = Vec::new();
@@ -17,7 +17,7 @@ fn login(salt: &[u8; 20]) -> Vec<u8> {
     p.push(8);
     p.extend_from_slice(&[0; 23]);
     p.extend_from_slice(b"repl\0");
-    let token = client_token("replpw", salt);
+    let token = paxsql_mysql_wire::auth::token(b"replpw", salt);
     p.push(token.len() as u8);
     p.extend_from_slice(&token);
     p.extend_from_slice(b"mysql_native_password\0");
