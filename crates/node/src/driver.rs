@@ -471,3 +471,18 @@ fn log_effect(effect: &Applied) {
         _ => {}
     }
 }
+
+/// Hands an input to the driver without blocking the runtime; waits while the inbox is full (back-pressure on
+/// the capture, which is what makes MariaDB's committers wait).
+pub(crate) async fn send_input(inbox: &SyncSender<Input>, mut input: Input) -> Result<(), ()> {
+    loop {
+        match inbox.try_send(input) {
+            Ok(()) => return Ok(()),
+            Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                input = back;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(()),
+        }
+    }
+}

@@ -7,10 +7,12 @@
 //! [`switchover`] moves the master role to another member on an operator's request. [`dir_lock`] keeps a second
 //! node process off a data directory.
 
+mod capture;
 pub mod config;
 pub mod dir_lock;
 pub mod directory;
 pub mod driver;
+pub mod feed;
 pub mod mariadb;
 pub mod membership;
 pub mod rebuild;

@@ -13,8 +13,8 @@ use paxsql_peer_transport::pb::MembershipReply;
 use tokio::sync::{oneshot, watch};
 use tonic::Status;
 
+use crate::driver::send_input;
 use crate::driver::{Input, NodeStatus};
-use crate::roles::send_input;
 
 /// The driver, as the admin service reaches it for membership changes.
 #[derive(Clone)]

@@ -2,56 +2,25 @@
 //! promote when this node holds the lease, demote (SIGKILL and a recovery restart that drops any un-ACKed tail)
 //! when it no longer does, and keep a replica replicating from this node's own binlog server.
 //!
-//! On the master, [`capture`] reads the local binlog as a semi-sync replica, proposes each transaction to the
-//! global log and ACKs it only once it is applied for this master's term, i.e. chosen on a majority.
+//! On the master, the capture ([`crate::capture`]) reads the local binlog as a semi-sync replica, proposes each
+//! transaction to the global log and ACKs it only once it is applied for this master's term, i.e. chosen on a
+//! majority.
 
-use std::collections::VecDeque;
 use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use paxsql_admin_sql::WriteHop;
-use paxsql_binlog::{Gtid, GtidSet};
+use paxsql_binlog::GtidSet;
 use paxsql_global_log::Applied;
-use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
 use paxsql_repl_server::EventSource;
 use paxsql_served_binlog::ServedBinlog;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::config::MariaDbConfig;
-use crate::driver::{offer, AppliedSink, Input, NodeStatus};
+use crate::driver::{offer, Input, NodeStatus};
 use crate::mariadb::{LocalMariaDb, MariaDbError};
 use crate::rebuild::{self, Donors, RebuildProgress};
 use crate::switchover::{self, SwitchoverError, SwitchoverRequest};
-
-/// Feeds the served binlog (the copy of the global log replicas are served from) with every applied effect.
-pub struct ServedBinlogFeed(pub Arc<ServedBinlog>);
-
-impl AppliedSink for ServedBinlogFeed {
-    fn apply(&mut self, effect: &Applied) {
-        match effect {
-            Applied::Restored { last_gtid, instance } => {
-                // Restarted from a snapshot: the transactions it covers are gone from the Paxos log. The served binlog
-                // normally holds them still; if it lost them too, it restarts after the snapshot's last transaction.
-                let base = last_gtid.map(|g| Gtid::new(g.domain_id, g.server_id, g.seq_no));
-                if let Err(e) = self.0.restore_base(*instance, base) {
-                    tracing::error!(?base, instance, error = %e, "cannot start the served binlog after the snapshot");
-                }
-            }
-            Applied::BinlogAppended { instance, events, gtid_first, .. } => {
-                if let Err(e) = self.0.append_instance(*instance, events) {
-                    // Replicas stop at this point rather than skip it: the next transaction is out of order for them.
-                    tracing::error!(instance, seq = gtid_first.seq_no, error = %e, "cannot add to the served binlog");
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn persist(&mut self) -> Result<(), String> {
-        self.0.sync().map_err(|e| e.to_string())
-    }
-}
 
 /// What the role controller needs to know about its node.
 pub struct RoleContext {
@@ -422,7 +391,7 @@ async fn promote(
     .await?;
     let start: GtidSet = st.last_gtid.parse().unwrap_or_default();
     let (failed_tx, failed_rx) = watch::channel(false);
-    let handle = tokio::spawn(capture(ctx.clone(), st.master_version, start, failed_tx));
+    let handle = tokio::spawn(crate::capture::capture(ctx.clone(), st.master_version, start, failed_tx));
     // Only now may TCP logins reach this server: a replica refuses them, so that no account however privileged
     // (read_only does not bind READ ONLY ADMIN) writes into it outside the log. Lifted before read_only, so the
     // proxies' master check (which waits for `serving`) never sends a client to a server that refuses it.
@@ -598,177 +567,4 @@ async fn become_replica(ctx: &Arc<RoleContext>) -> Result<(), MariaDbError> {
     .await?;
     tracing::info!(port = ctx.replication_port, "local mariadbd replicates from this node's binlog server");
     Ok(())
-}
-
-/// Hands an input to the driver without blocking the runtime; waits while the inbox is full (back-pressure on
-/// the capture, which is what makes MariaDB's committers wait).
-pub(crate) async fn send_input(inbox: &SyncSender<Input>, mut input: Input) -> Result<(), ()> {
-    loop {
-        match inbox.try_send(input) {
-            Ok(()) => return Ok(()),
-            Err(std::sync::mpsc::TrySendError::Full(back)) => {
-                input = back;
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return Err(()),
-        }
-    }
-}
-
-/// The master's write path: local binlog → global log → ACK.
-async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {
-    let span = tracing::info_span!("capture", node = ctx.node_id, master_version = term);
-    let _g = span.enter();
-    let result = capture_inner(&ctx, term, start).await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "capture ended");
-    }
-    failed.send_replace(true);
-}
-
-#[derive(Debug, thiserror::Error)]
-enum CaptureError {
-    #[error(transparent)]
-    Client(#[from] paxsql_repl_client::Error),
-    #[error("the global log refused transaction {0}: {1}")]
-    Refused(Gtid, paxsql_global_log::GlobalLogError),
-    #[error("the global-log driver is gone")]
-    DriverGone,
-    #[error("the ACK task stopped: {0}")]
-    AckerStopped(String),
-}
-
-async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Result<(), CaptureError> {
-    let mut opts = ConnectOptions::new(
-        Address::Unix(ctx.socket.clone()),
-        &ctx.replication_user,
-        &ctx.replication_password,
-        2_000_000_000 + ctx.node_id as u32,
-    );
-    opts.start = start;
-    let mut client = ReplicationClient::connect(opts).await?;
-    let acks = client.ack_handle();
-    // Positions to ACK, by GTID seq_no, in commit order, with when each transaction was captured.
-    let pending: Arc<Mutex<VecDeque<(u64, Arc<str>, u64, Instant)>>> = Arc::default();
-    let metrics = ctx.metrics.clone();
-    let mut applied = ctx.applied.subscribe();
-    let ack_pending = pending.clone();
-    // For the write-path hops: when the driver proposed each transaction (by seq_no, in order), and the last
-    // seq_no the ACK task has seen applied (a proposal answered after its own application is not timed).
-    let proposed: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
-    let applied_seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let (ack_proposed, ack_applied_seq) = (proposed.clone(), applied_seq.clone());
-    let mut acker = tokio::spawn(async move {
-        loop {
-            match applied.recv().await {
-                Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if master_version == term => {
-                    let seen = Instant::now();
-                    ack_applied_seq.fetch_max(last_seq, std::sync::atomic::Ordering::Relaxed);
-                    if let Ok(mut p) = ack_proposed.lock() {
-                        while let Some((_, at)) = p.front().filter(|(seq, _)| *seq <= last_seq).copied() {
-                            p.pop_front();
-                            metrics.record_write_hop(WriteHop::Choose, seen.duration_since(at));
-                        }
-                    }
-                    let (mut last, mut oldest, mut count) = (None, None, 0u64);
-                    if let Ok(mut p) = ack_pending.lock() {
-                        while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
-                            last = p.pop_front();
-                            oldest = oldest.or(last.as_ref().map(|l| l.3));
-                            count += 1;
-                        }
-                    }
-                    if let Some((_, file, pos, _)) = last {
-                        if let Err(e) = acks.ack(&file, pos) {
-                            return format!("the ACK could not be sent to mariadbd: {e}");
-                        }
-                        metrics.record_capture_ack(count, oldest.map(|t| t.elapsed()).unwrap_or_default());
-                        metrics.record_write_hop(WriteHop::Ack, seen.elapsed());
-                    }
-                }
-                Ok(_) => {}
-                // Missed effects may hold this term's appends: their commits would wait forever while the master
-                // keeps its lease. The capture ends instead, and the node hands its term over.
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    return format!("it fell behind the applied log by {n} effects");
-                }
-                Err(broadcast::error::RecvError::Closed) => return "the applied log closed".to_string(),
-            }
-        }
-    });
-    // Answers of proposals are awaited by their own task, in order. The capture does not wait for each one before
-    // reading the next transaction: the driver then finds many proposals per round and batches them into one Paxos
-    // instance (one fsync per round instead of one per transaction). ACKs still come only from the applied log,
-    // above. A refusal must end the capture even when no further transaction arrives (the refused one is usually
-    // the last a client sent: it waits for its ACK), so the loop below waits on both. Unbounded is safe: each entry
-    // stands for a proposal already taken by the driver's bounded inbox.
-    type Answer = oneshot::Receiver<Result<(), paxsql_global_log::GlobalLogError>>;
-    let (answer_tx, mut answer_rx) = mpsc::unbounded_channel::<(Gtid, Answer, Instant)>();
-    let (refused_tx, mut refused) = oneshot::channel::<CaptureError>();
-    let hop_metrics = ctx.metrics.clone();
-    let answer_checker = tokio::spawn(async move {
-        while let Some((gtid, answer, inboxed)) = answer_rx.recv().await {
-            let failure = match answer.await {
-                Ok(Ok(())) => {
-                    let at = Instant::now();
-                    hop_metrics.record_write_hop(WriteHop::Propose, at.duration_since(inboxed));
-                    if gtid.seq_no > applied_seq.load(std::sync::atomic::Ordering::Relaxed) {
-                        if let Ok(mut p) = proposed.lock() {
-                            p.push_back((gtid.seq_no, at));
-                        }
-                    }
-                    continue;
-                }
-                Ok(Err(e)) => CaptureError::Refused(gtid, e),
-                Err(_) => CaptureError::DriverGone,
-            };
-            let _ = refused_tx.send(failure);
-            return;
-        }
-    });
-    let mut assembler = TransactionAssembler::new();
-    let result = loop {
-        // `next_event` is only ever cancelled when the capture ends, so no half-read packet is left behind.
-        let event = tokio::select! {
-            biased;
-            failure = &mut refused => break Err(failure.unwrap_or(CaptureError::DriverGone)),
-            stopped = &mut acker => {
-                break Err(CaptureError::AckerStopped(stopped.unwrap_or_else(|e| format!("it panicked: {e}"))))
-            }
-            event = client.next_event() => match event {
-                Ok(e) => e,
-                Err(e) => break Err(CaptureError::Client(e)),
-            },
-        };
-        let trx = match assembler.push(&event) {
-            Ok(Some(t)) => t,
-            Ok(None) => continue,
-            Err(e) => break Err(CaptureError::Client(e)),
-        };
-        let captured = Instant::now();
-        if let Ok(mut p) = pending.lock() {
-            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, captured));
-        }
-        let (reply, answer) = oneshot::channel();
-        let input = Input::ProposeBinlog {
-            domain_id: trx.gtid.domain_id,
-            server_id: trx.gtid.server_id,
-            first_seq: trx.gtid.seq_no,
-            last_seq: trx.gtid.seq_no,
-            events: trx.events,
-            reply,
-        };
-        if send_input(&ctx.inbox, input).await.is_err() {
-            break Err(CaptureError::DriverGone);
-        }
-        let inboxed = Instant::now();
-        ctx.metrics.record_write_hop(WriteHop::Inbox, inboxed.duration_since(captured));
-        if answer_tx.send((trx.gtid, answer, inboxed)).is_err() {
-            // The checker only stops after sending a failure; the next turn of the loop picks it up.
-            continue;
-        }
-    };
-    answer_checker.abort();
-    acker.abort();
-    result
 }

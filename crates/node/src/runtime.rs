@@ -193,7 +193,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         ServedBinlog::open(served).map_err(|e| NodeError::Other(format!("cannot open the served binlog: {e}")))?,
     );
     let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
-    let sink = Box::new(roles::ServedBinlogFeed(source.clone()));
+    let sink = Box::new(crate::feed::ServedBinlogFeed(source.clone()));
     let handle = driver::start(
         cfg.global_log_config(),
         store,
