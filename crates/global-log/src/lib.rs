@@ -8,8 +8,10 @@
 
 mod command;
 mod node;
+mod ready;
 mod state;
 
 pub use command::{Command, CommandDecodeError};
 pub use node::{GlobalLogConfig, GlobalLogError, GlobalLogNode, NodeReady, PeerMessage, VALUE_MESSAGE_MARGIN};
+pub use ready::ReadyIo;
 pub use state::{Applied, LastGtid, MemberAddress, RejectReason, ReplicatedState};

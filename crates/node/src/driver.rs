@@ -9,7 +9,7 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, MemberAddress, PeerMessage};
+use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, MemberAddress, PeerMessage, ReadyIo};
 use paxsql_paxos::{Instance, Membership, NodeId, Role, Storage, StorageError, Value};
 use paxsql_paxos_store::RaftEngineStorage;
 use tokio::sync::{broadcast, oneshot, watch};
@@ -317,71 +317,20 @@ impl Driver {
     fn process_ready(&mut self) -> Result<(), DriverError> {
         // Self-addressed messages can produce more output; a few rounds settle them.
         for _ in 0..8 {
-            let r = self.node.take_ready();
-            let me = self.node.id();
-            for m in r.messages {
-                self.route(me, m);
-            }
-            // Applied effects come from chosen values: a majority of acceptors already holds each on disk (an
-            // acceptor's vote, ours included, counts only after its sync), so they need not wait for this batch,
-            // which only records locally what is chosen. A crash before the sync loses that record, not the value:
-            // phase 1 or the leader's commits teach it again. Releasing them first takes one fsync off every
-            // semi-sync ACK. The simulator acknowledges clients the same way, with crashes that lose unsynced
-            // batches.
-            for effect in r.applied {
-                log_effect(&effect);
-                if let Applied::MemberRecorded { node, address, .. } = &effect {
-                    if *node != me {
-                        self.outbox.set_address(*node, &address.peer);
-                    }
-                }
-                self.sink.apply(&effect);
-                let _ = self.applied.send(effect);
-            }
-            // Before the batch: a compaction in it may drop what a laggard asked for.
-            for read in r.catch_up_reads {
-                match read.answer(me, &self.store, &self.node.config().paxos) {
-                    Ok(m) => {
-                        if let paxsql_paxos::MessageBody::CatchUp { entries, .. } = &m.body {
-                            tracing::info!(
-                                to = read.to,
-                                from = read.from_instance,
-                                entries = entries.len(),
-                                "catching a member up from the store"
-                            );
-                        }
-                        self.route(me, PeerMessage::Paxos(m))
-                    }
-                    // The member asks again after its retransmit interval.
-                    Err(e) => {
-                        tracing::warn!(to = read.to, from = read.from_instance, error = %e, "cannot read a catch-up")
-                    }
-                }
-            }
-            let mut batch = r.batch;
-            if let Some(s) = &batch.snapshot {
-                tracing::debug!(last_included = s.last_included, "compacting the global log");
-                if let Err(e) = self.sink.persist() {
-                    // Keeping instances the core considers compacted is safe: a restart replays more than needed.
-                    tracing::error!(error = %e, "the served binlog cannot be synced: the global log keeps its instances");
-                    batch.snapshot = None;
-                }
-            }
-            if !batch.is_empty() {
-                self.store.write(&batch, true)?;
-            }
-            for m in r.after_persist {
-                self.route(me, m);
-            }
-            if let Some(why) = &r.term_given_up {
+            let ready = self.node.take_ready();
+            if let Some(why) = &ready.term_given_up {
                 tracing::error!(%why, "giving up the master term: its waiting commits are never acknowledged");
             }
-            if let Some(first) = r.rebuild_required {
+            if let Some(first) = ready.rebuild_required {
                 tracing::warn!(
                     first_held = first,
                     "this member is behind the cluster's compacted log: asking the members for a snapshot"
                 );
             }
+            let Driver { node, store, outbox, sink, applied, loopback, .. } = self;
+            let mut io =
+                DriverIo { me: node.id(), paxos: &node.config().paxos, store, outbox, sink, applied, loopback };
+            ready.carry_out(&mut io)?;
             if self.loopback.is_empty() {
                 break;
             }
@@ -392,14 +341,6 @@ impl Driver {
         }
         self.publish_status();
         Ok(())
-    }
-
-    fn route(&mut self, me: NodeId, m: PeerMessage) {
-        if m.to() == me {
-            self.loopback.push(m);
-        } else {
-            self.outbox.send(m);
-        }
     }
 
     fn publish_status(&self) {
@@ -442,6 +383,82 @@ impl Driver {
                 true
             }
         });
+    }
+}
+
+/// How the driver carries out a node's output ([`paxsql_global_log::ReadyIo`], whose `carry_out` fixes the order):
+/// peers through the outbox, itself through the loopback, effects to the served binlog and the subscribers, the
+/// batch synced to the store.
+struct DriverIo<'a> {
+    me: NodeId,
+    paxos: &'a paxsql_paxos::Config,
+    store: &'a mut RaftEngineStorage,
+    outbox: &'a mut Box<dyn Outbox>,
+    sink: &'a mut Box<dyn AppliedSink>,
+    applied: &'a broadcast::Sender<Applied>,
+    loopback: &'a mut Vec<PeerMessage>,
+}
+
+impl ReadyIo for DriverIo<'_> {
+    type Error = DriverError;
+
+    fn send(&mut self, m: PeerMessage) {
+        if m.to() == self.me {
+            self.loopback.push(m);
+        } else {
+            self.outbox.send(m);
+        }
+    }
+
+    fn applied(&mut self, effect: Applied) -> Result<(), DriverError> {
+        log_effect(&effect);
+        if let Applied::MemberRecorded { node, address, .. } = &effect {
+            if *node != self.me {
+                self.outbox.set_address(*node, &address.peer);
+            }
+        }
+        self.sink.apply(&effect);
+        let _ = self.applied.send(effect);
+        Ok(())
+    }
+
+    fn catch_up(&mut self, read: paxsql_paxos::CatchUpRead) -> Result<(), DriverError> {
+        match read.answer(self.me, &*self.store, self.paxos) {
+            Ok(m) => {
+                if let paxsql_paxos::MessageBody::CatchUp { entries, .. } = &m.body {
+                    tracing::info!(
+                        to = read.to,
+                        from = read.from_instance,
+                        entries = entries.len(),
+                        "catching a member up from the store"
+                    );
+                }
+                self.send(PeerMessage::Paxos(m));
+            }
+            // The member asks again after its retransmit interval.
+            Err(e) => tracing::warn!(to = read.to, from = read.from_instance, error = %e, "cannot read a catch-up"),
+        }
+        Ok(())
+    }
+
+    fn persist(&mut self, mut batch: paxsql_paxos::WriteBatch, after: Vec<PeerMessage>) -> Result<(), DriverError> {
+        if let Some(s) = &batch.snapshot {
+            tracing::debug!(last_included = s.last_included, "compacting the global log");
+            // The served binlog is re-filled from the Paxos log's replay after a crash: it must be synced before
+            // the log forgets what it covers.
+            if let Err(e) = self.sink.persist() {
+                // Keeping instances the core considers compacted is safe: a restart replays more than needed.
+                tracing::error!(error = %e, "the served binlog cannot be synced: the global log keeps its instances");
+                batch.snapshot = None;
+            }
+        }
+        if !batch.is_empty() {
+            self.store.write(&batch, true)?;
+        }
+        for m in after {
+            self.send(m);
+        }
+        Ok(())
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogNode, PeerMessage};
-use paxsql_paxos::{MemStorage, Membership, NodeId, Storage};
+use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogNode, PeerMessage, ReadyIo};
+use paxsql_paxos::{CatchUpRead, Instance, MemStorage, Membership, NodeId, Storage, Value, WriteBatch};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -348,7 +348,7 @@ impl Simulation {
         }
     }
 
-    /// Drains a node's output: checks it, writes its batch, sends its messages.
+    /// Drains a node's output: reports first, then [`SimIo`] in the daemon's order.
     fn process_ready(&mut self, id: NodeId) -> Result<(), Violation> {
         let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
         let Some(node) = sn.node.as_mut() else { return Ok(()) };
@@ -379,45 +379,8 @@ impl Simulation {
                 self.log(|| format!("node {id} rebuilt from a member's snapshot at {instance}"));
             }
         }
-        for (instance, value) in &ready.chosen {
-            self.checker.chosen(self.now, id, *instance, value)?;
-        }
-        for effect in &ready.applied {
-            if matches!(effect, Applied::MasterChanged { handed_over: true, master, .. } if *master == id) {
-                self.stats.hand_overs += 1;
-            }
-            self.checker.applied(self.now, id, effect)?;
-            self.client_outcome(id, effect)?;
-        }
-        let sn = self.nodes.get_mut(&id).expect("node exists");
-        // Catch-ups below the values held in memory come from storage, before the batch (which may compact), as
-        // the daemon's driver serves them.
-        let mut from_storage = Vec::new();
-        if let Some(node) = sn.node.as_ref() {
-            for read in &ready.catch_up_reads {
-                match read.answer(id, &sn.store, &node.config().paxos) {
-                    Ok(m) => from_storage.push(PeerMessage::Paxos(m)),
-                    Err(e) => {
-                        let detail = format!("node {id}: read from {}: {e}", read.from_instance);
-                        return Err(self.violation("storage answers catch-ups below the memory window", detail));
-                    }
-                }
-            }
-        }
-        let sn = self.nodes.get_mut(&id).expect("node exists");
-        if let Err(e) = sn.store.write(&ready.batch, false) {
-            return Err(self.violation("storage writes are well-formed", format!("node {id}: {e}")));
-        }
-        let incarnation = sn.incarnation;
-        self.stats.storage_catch_ups += from_storage.len() as u64;
-        for m in ready.messages.into_iter().chain(from_storage) {
-            self.send(m);
-        }
-        if !ready.after_persist.is_empty() || !ready.batch.is_empty() {
-            let delay = self.rng.gen_range(self.plan.fsync_ms.0..=self.plan.fsync_ms.1);
-            self.schedule(delay, Event::SyncDone { node: id, incarnation, messages: ready.after_persist });
-        }
-        Ok(())
+        let incarnation = self.nodes.get(&id).map_or(0, |sn| sn.incarnation);
+        ready.carry_out(&mut SimIo { world: self, id, incarnation })
     }
 
     fn send(&mut self, msg: PeerMessage) {
@@ -685,5 +648,65 @@ impl Simulation {
                 self.log(|| format!("chaos: node {master} proposes membership {:?}", next.members));
             }
         }
+    }
+}
+
+/// How the simulator carries out a node's output ([`ReadyIo`]; `carry_out` fixes the order, as in the daemon):
+/// every chosen value and effect checked, messages through the simulated network, the batch written unsynced and
+/// its sync scheduled after a random delay — `after_persist` leaves only then, and a crash before it loses both.
+struct SimIo<'w> {
+    world: &'w mut Simulation,
+    id: NodeId,
+    incarnation: u64,
+}
+
+impl ReadyIo for SimIo<'_> {
+    type Error = Violation;
+
+    fn send(&mut self, msg: PeerMessage) {
+        self.world.send(msg);
+    }
+
+    fn chosen(&mut self, instance: Instance, value: &Value) -> Result<(), Violation> {
+        self.world.checker.chosen(self.world.now, self.id, instance, value)
+    }
+
+    fn applied(&mut self, effect: Applied) -> Result<(), Violation> {
+        let (w, id) = (&mut *self.world, self.id);
+        if matches!(effect, Applied::MasterChanged { handed_over: true, master, .. } if master == id) {
+            w.stats.hand_overs += 1;
+        }
+        w.checker.applied(w.now, id, &effect)?;
+        w.client_outcome(id, &effect)
+    }
+
+    fn catch_up(&mut self, read: CatchUpRead) -> Result<(), Violation> {
+        let (w, id) = (&mut *self.world, self.id);
+        let Some(sn) = w.nodes.get(&id) else { return Ok(()) };
+        let Some(node) = sn.node.as_ref() else { return Ok(()) };
+        match read.answer(id, &sn.store, &node.config().paxos) {
+            Ok(m) => {
+                w.stats.storage_catch_ups += 1;
+                w.send(PeerMessage::Paxos(m));
+                Ok(())
+            }
+            Err(e) => {
+                let detail = format!("node {id}: read from {}: {e}", read.from_instance);
+                Err(w.violation("storage answers catch-ups below the memory window", detail))
+            }
+        }
+    }
+
+    fn persist(&mut self, batch: WriteBatch, after: Vec<PeerMessage>) -> Result<(), Violation> {
+        let (w, id) = (&mut *self.world, self.id);
+        let Some(sn) = w.nodes.get_mut(&id) else { return Ok(()) };
+        if let Err(e) = sn.store.write(&batch, false) {
+            return Err(w.violation("storage writes are well-formed", format!("node {id}: {e}")));
+        }
+        if !after.is_empty() || !batch.is_empty() {
+            let delay = w.rng.gen_range(w.plan.fsync_ms.0..=w.plan.fsync_ms.1);
+            w.schedule(delay, Event::SyncDone { node: id, incarnation: self.incarnation, messages: after });
+        }
+        Ok(())
     }
 }
