@@ -81,6 +81,23 @@ fn the_proxy_routes_writes_to_the_master_and_follows_a_failover() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("1045"), "a wrong admin password must get 1045");
     let body = c.metrics(r);
     assert!(body.contains("paxsql_master_version"), "metrics: {body}");
+    // Each member row's endpoints as node r knows them: its own admin, RW and RO ports, the others' unknown.
+    let rows = c.admin_sql(r, "SELECT node_id, proxy_rw, proxy_ro, admin FROM paxsql.members").expect("members");
+    for line in rows.lines() {
+        let cells: Vec<&str> = line.split('\t').collect();
+        let id: u64 = cells[0].parse().expect("node_id");
+        let want: Vec<String> = if id == r {
+            ["proxy_rw", "proxy_ro", "admin_sql"]
+                .iter()
+                .map(|e| c.endpoint(r, e))
+                .map(|(h, p)| format!("{h}:{p}"))
+                .collect()
+        } else {
+            vec!["NULL".to_string(); 3]
+        };
+        assert_eq!(cells[1..], want, "paxsql.members on node {r}: {rows}");
+    }
+    assert_eq!(rows.lines().count(), all.len(), "paxsql.members on node {r}: {rows}");
 
     eprintln!("phase: read-only ports read the local replica and refuse writes");
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -57,11 +57,11 @@ pub struct MemberView {
     pub peer: String,
     /// Its mariadbd's client port.
     pub mariadb: Option<String>,
-    /// Its proxy's read-write port (routes to the master).
+    /// Its proxy's read-write port (routes to the master): known for this node only.
     pub proxy_rw: Option<String>,
-    /// Its proxy's read-only port (its local mariadbd).
+    /// Its proxy's read-only port (its local mariadbd): known for this node only.
     pub proxy_ro: Option<String>,
-    /// Its admin SQL port.
+    /// Its admin SQL port: known for this node only (the log records members' peer and mariadbd addresses).
     pub admin: Option<String>,
     /// Its role as last reported; `None` when not known.
     pub role: Option<String>,

@@ -54,8 +54,25 @@ pub enum NodeError {
     Proxy(#[from] paxsql_proxy::ProxyError),
     #[error(transparent)]
     DirLock(#[from] crate::dir_lock::DirLockError),
-    #[error("{0}")]
-    Other(String),
+    #[error("[client_tls]: {0}")]
+    ClientTls(#[from] paxsql_proxy::TlsError),
+    #[error("cannot create the data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the served binlog: {0}")]
+    ServedBinlog(#[from] paxsql_served_binlog::Error),
+    #[error("{0} is required")]
+    MissingSetting(&'static str),
+    #[error("{what} {addr}: {source}")]
+    Admin {
+        what: &'static str,
+        addr: std::net::SocketAddr,
+        #[source]
+        source: paxsql_admin_sql::AdminError,
+    },
 }
 
 /// The peer links, driven from the driver's thread; new links are spawned on the node's runtime.
@@ -126,15 +143,12 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let admin_password = NodeConfig::read_password(&cfg.mariadb.admin_password_file)?;
     // Before anything starts: a certificate that cannot be used stops the node with the file's name.
     let client_tls = match &cfg.client_tls {
-        Some(t) => Some(
-            paxsql_proxy::ServerTls::load(&t.cert, &t.key)
-                .map_err(|e| NodeError::Other(format!("[client_tls]: {e}")))?,
-        ),
+        Some(t) => Some(paxsql_proxy::ServerTls::load(&t.cert, &t.key)?),
         None => None,
     };
     let client_tls_required = cfg.client_tls.as_ref().is_some_and(|t| t.require);
     std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| NodeError::Other(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
+        .map_err(|source| NodeError::DataDir { path: cfg.data_dir.clone(), source })?;
     // Before any port or file is touched: a second node on this directory must change nothing.
     let _dir_lock = crate::dir_lock::DataDirLock::acquire(&cfg.data_dir)?;
 
@@ -189,9 +203,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
 
     // Global log, feeding the served binlog.
     let served = cfg.served_binlog.resolve(&cfg.data_dir);
-    let source = Arc::new(
-        ServedBinlog::open(served).map_err(|e| NodeError::Other(format!("cannot open the served binlog: {e}")))?,
-    );
+    let source = Arc::new(ServedBinlog::open(served)?);
     let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
     let sink = Box::new(crate::feed::ServedBinlogFeed(source.clone()));
     let handle = driver::start(
@@ -208,7 +220,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let repl_addr = cfg
         .listen
         .replication
-        .ok_or_else(|| NodeError::Other("listen.replication is required to serve the local mariadbd".into()))?;
+        .ok_or(NodeError::MissingSetting("listen.replication (the local mariadbd replicates from it)"))?;
     let rcfg = ReplicationServerConfig {
         replica_user: cfg.mariadb.replication_user.clone(),
         replica_password: repl_password.clone(),
@@ -319,7 +331,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     let mut admin_tasks = Vec::new();
     if let Some(addr) = cfg.listen.admin {
         let password_file =
-            cfg.admin.password_file.as_ref().ok_or_else(|| NodeError::Other("[admin] password_file".into()))?;
+            cfg.admin.password_file.as_ref().ok_or(NodeError::MissingSetting("[admin] password_file"))?;
         let auth = AdminAuth {
             user: cfg.admin.user.clone().unwrap_or_else(|| "paxsql".into()),
             password: NodeConfig::read_password(password_file)?,
@@ -328,7 +340,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         let server = AdminSqlServer::bind(addr, auth, view_rx.clone())
             .await
             .map(|server| server.with_tls(client_tls.clone(), client_tls_required))
-            .map_err(|e| NodeError::Other(format!("admin SQL port {addr}: {e}")))?;
+            .map_err(|source| NodeError::Admin { what: "admin SQL port", addr, source })?;
         admin_tasks.push(tokio::spawn(async move {
             let _ = server.run(stop_admin).await;
         }));
@@ -336,7 +348,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
     if let Some(addr) = cfg.listen.metrics {
         let server = MetricsServer::bind(addr, metrics.clone(), view_rx.clone())
             .await
-            .map_err(|e| NodeError::Other(format!("metrics endpoint {addr}: {e}")))?;
+            .map_err(|source| NodeError::Admin { what: "metrics endpoint", addr, source })?;
         let stop = shutdown.clone();
         admin_tasks.push(tokio::spawn(async move {
             let _ = server.run(stop).await;
@@ -377,6 +389,7 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         replication_port: repl_port,
         proxy_rw: cfg.listen.proxy_rw.map(|a| a.to_string()),
         proxy_ro: cfg.listen.proxy_ro.map(|a| a.to_string()),
+        admin: cfg.listen.admin.map(|a| a.to_string()),
         directory: directory.clone(),
         links,
     };
@@ -445,6 +458,7 @@ struct Endpoints {
     replication_port: u16,
     proxy_rw: Option<String>,
     proxy_ro: Option<String>,
+    admin: Option<String>,
     directory: Directory,
     /// Whether this node's outgoing stream to each other node is open (the peer transport's own flag); links to
     /// members added later join when the log records their address.
@@ -848,7 +862,7 @@ async fn publish_status(
                     mariadb: mariadb.clone(),
                     proxy_rw: mine(*id, &endpoints.proxy_rw),
                     proxy_ro: mine(*id, &endpoints.proxy_ro),
-                    admin: None,
+                    admin: mine(*id, &endpoints.admin),
                     role: Some(if *id == st.master_id { "master" } else { "member" }.to_string()),
                     reachable: endpoints.reachable(me, *id),
                 })
