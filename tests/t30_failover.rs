@@ -193,8 +193,26 @@ fn a_former_master_with_an_unacknowledged_ddl_tail_rejoins_holding_exactly_the_g
     for &o in &others {
         c.pause_node(o);
     }
-    let unacked = c.sql(m, "INSERT INTO t VALUES (5000, 'unacked')", Duration::from_secs(3));
+    // While the write waits, the master's Paxos core holds its proposal: the admin port's figure says so (it
+    // read 0 whatever happened before it was fed by the core).
+    let in_flight = || {
+        let out = c.admin_sql(m, "SHOW STATUS LIKE 'paxos_proposals_in_flight'").ok()?;
+        out.split_whitespace().nth(1)?.parse::<u64>().ok()
+    };
+    let (unacked, seen_in_flight) = std::thread::scope(|scope| {
+        let write = scope.spawn(|| c.sql(m, "INSERT INTO t VALUES (5000, 'unacked')", Duration::from_secs(3)));
+        let mut seen = None;
+        while !write.is_finished() && seen.is_none_or(|n| n == 0) {
+            seen = in_flight().or(seen);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (write.join().expect("writer thread"), seen)
+    });
     assert!(unacked.is_err(), "a master without a majority acknowledged a write: {unacked:?}");
+    assert!(
+        seen_in_flight.is_some_and(|n| n >= 1),
+        "paxos_proposals_in_flight on the frozen-out master: {seen_in_flight:?}"
+    );
     let ddl = c.sql(m, "CREATE TABLE tail_ddl (id INT PRIMARY KEY)", Duration::from_secs(3));
     assert!(ddl.is_err(), "a master without a majority acknowledged a DDL: {ddl:?}");
     std::thread::sleep(Duration::from_secs(2));
