@@ -15,6 +15,9 @@ use crate::view::ClusterView;
 pub const UNSUPPORTED_HINT: &str = "paxsql admin: unsupported query, try SELECT * FROM paxsql.members, \
                                     SELECT * FROM paxsql.master, or SHOW STATUS [LIKE 'pattern']";
 
+/// Largest command the port accepts after login (its `@@max_allowed_packet`); no admin statement comes near it.
+pub const COMMAND_PACKET_MAX: usize = 1 << 20;
+
 /// The one database the port has.
 pub const DATABASE: &str = "paxsql";
 
@@ -262,7 +265,7 @@ fn system_variable(name: &str, view: &ClusterView, session: &SessionInfo) -> Opt
     match name {
         "version_comment" => Some(Cell::Text(format!("paxsql admin port of node {}", view.node_id))),
         "version" => text(&session.server_version),
-        "max_allowed_packet" => Some(Cell::Int(crate::server::COMMAND_PACKET_MAX as u64)),
+        "max_allowed_packet" => Some(Cell::Int(COMMAND_PACKET_MAX as u64)),
         "wait_timeout" | "interactive_timeout" => Some(Cell::Int(28_800)),
         "net_read_timeout" => Some(Cell::Int(30)),
         "net_write_timeout" => Some(Cell::Int(60)),

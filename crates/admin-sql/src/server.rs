@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::error::AdminError;
-use crate::query::{self, Cell, ColumnKind, Reply, SessionInfo, SqlErrorKind};
+use crate::query::{self, Cell, ColumnKind, Reply, SessionInfo, SqlErrorKind, COMMAND_PACKET_MAX};
 use crate::view::ClusterView;
 use paxsql_proxy::tls::{self as client_tls, ServerTls};
 
@@ -47,8 +47,6 @@ const LOGIN_TIMEOUT: Duration = Duration::from_secs(10);
 const LOGIN_PACKET_MAX: usize = 64 << 10;
 /// Concurrent connections; more wait in the listen backlog.
 const MAX_CONNECTIONS: usize = 64;
-/// Largest command we accept after login; no admin statement comes near it.
-pub(crate) const COMMAND_PACKET_MAX: usize = 1 << 20;
 
 /// The greeting's server version. It claims the MariaDB 10.11 protocol (clients tune themselves to the
 /// version, and that is the server family they meet elsewhere in the cluster) and says what it really is.

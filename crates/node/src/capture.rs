@@ -14,8 +14,8 @@ use paxsql_global_log::Applied;
 use paxsql_repl_client::{Address, ConnectOptions, ReplicationClient, TransactionAssembler};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
+use crate::context::RoleContext;
 use crate::driver::{send_input, Input};
-use crate::roles::RoleContext;
 
 /// The master's write path: local binlog → global log → ACK.
 pub(crate) async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {

@@ -9,6 +9,7 @@
 
 mod capture;
 pub mod config;
+pub mod context;
 pub mod dir_lock;
 pub mod directory;
 pub mod driver;

@@ -24,12 +24,13 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
+use crate::context::{LocalRole, RoleContext};
 use crate::directory::Directory;
 use crate::driver::{self, offer, Input, NodeStatus, Outbox};
 use crate::mariadb::LocalMariaDb;
 use crate::membership::MembershipDesk;
 use crate::rebuild::{BackupDonor, Donors};
-use crate::roles::{self, LocalRole, RoleContext};
+use crate::roles;
 use paxsql_admin_sql::{
     AdminAuth, AdminSqlServer, ClusterView, MasterView, MemberView, Metrics, MetricsServer, PaxosView,
     PeerServerCounts, ServedBinlogFigures,

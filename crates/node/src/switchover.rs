@@ -18,9 +18,9 @@ use mysql_async::prelude::Queryable;
 use paxsql_binlog::GtidSet;
 use tokio::sync::oneshot;
 
+use crate::context::RoleContext;
 use crate::driver::send_input;
 use crate::driver::Input;
-use crate::roles::RoleContext;
 
 /// What an operator asks for.
 pub struct SwitchoverRequest {
