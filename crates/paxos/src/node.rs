@@ -160,6 +160,8 @@ struct InFlight {
     membership: Membership,
     accepted_by: BTreeSet<NodeId>,
     sent_at: u64,
+    /// When it was first proposed (retransmits move `sent_at` only).
+    proposed_at: u64,
 }
 
 #[derive(Debug)]
@@ -371,8 +373,19 @@ impl PaxosNode {
                 }
             }
         }
+        // An acceptor that promised a higher ballot refuses this one for good, and one that is silent may never
+        // answer: a leader that kept waiting would hold the log (and, above it, a master's lease renewals) until
+        // the silent member came back, while the refusing one could have been won by a higher ballot — two live
+        // members of three with no master (seen in CI: a member killed right after an election). So once a
+        // proposal has waited two retransmit intervals with an acceptor lost, the leader gives its ballot up; the
+        // node campaigns again above the ballot it was refused with.
+        let stalled =
+            !l.lost.is_empty() && l.in_flight.values().any(|f| now.saturating_sub(f.proposed_at) >= 2 * retransmit);
         for (to, body) in out {
             self.send(to, body);
+        }
+        if stalled {
+            self.step_down_because("refused by an acceptor and no majority without it");
         }
     }
 
@@ -746,7 +759,13 @@ impl PaxosNode {
         let to: Vec<NodeId> = membership.members.iter().copied().collect();
         l.in_flight.insert(
             instance,
-            InFlight { value: value.clone(), membership, accepted_by: BTreeSet::new(), sent_at: self.now },
+            InFlight {
+                value: value.clone(),
+                membership,
+                accepted_by: BTreeSet::new(),
+                sent_at: self.now,
+                proposed_at: self.now,
+            },
         );
         let chosen_up_to = self.last_chosen;
         for node in to {

@@ -109,6 +109,39 @@ fn one_nack_does_not_unseat_a_leader_but_losing_the_majority_does() {
 }
 
 #[test]
+fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_steps_down_and_wins_again() {
+    // Node 1 leads with ballot (1, 1); node 3 has promised a higher ballot of its own (a campaign that lost the
+    // race) and node 2 dies: node 1's proposal can be chosen only by node 3, which refuses ballot (1, 1) for good.
+    let mut g = group(3);
+    g.get_mut(&1).unwrap().campaign();
+    settle(&mut g, |_| false);
+    let higher = Ballot::new(7, 3);
+    g.get_mut(&3).unwrap().step(Message {
+        from: 3,
+        to: 3,
+        body: MessageBody::Prepare { ballot: higher, from_instance: 1 },
+    });
+    let dead = |m: &Message| m.to == 2 || m.from == 2;
+    g.get_mut(&1).unwrap().propose(b"renewal".to_vec()).unwrap();
+    settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Leader, "one nack alone does not unseat the leader");
+    g.get_mut(&1).unwrap().tick(200);
+    settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Leader, "one retransmit interval is not yet a stall");
+    g.get_mut(&1).unwrap().tick(400);
+    settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Follower, "stalled behind a refusing and a silent acceptor");
+    assert_eq!(g[&1].last_step_down_reason(), "refused by an acceptor and no majority without it");
+    // Its next campaign goes above the ballot it was refused with; node 3 promises it and the value is chosen.
+    g.get_mut(&1).unwrap().campaign();
+    let chosen = settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Leader);
+    assert!(g[&1].ballot().is_some_and(|b| b > higher), "{:?}", g[&1].ballot());
+    assert_eq!(chosen[&1], vec![1]);
+    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"renewal".to_vec()])));
+}
+
+#[test]
 fn a_member_behind_a_compaction_is_told_to_rebuild() {
     let mut g = group(3);
     g.get_mut(&1).unwrap().campaign();
