@@ -377,15 +377,18 @@ impl PaxosNode {
         // answer: a leader that kept waiting would hold the log (and, above it, a master's lease renewals) until
         // the silent member came back, while the refusing one could have been won by a higher ballot — two live
         // members of three with no master (seen in CI: a member killed right after an election). So once a
-        // proposal has waited two retransmit intervals with an acceptor lost, the leader gives its ballot up; the
-        // node campaigns again above the ballot it was refused with.
+        // proposal has waited two retransmit intervals with an acceptor lost, the leader runs phase 1 again above
+        // the ballot it was refused with. Its queue stays (a step-down would drop it, and a master whose binlog
+        // proposal is dropped must give its term up); what is in flight comes back through phase 1.
         let stalled =
             !l.lost.is_empty() && l.in_flight.values().any(|f| now.saturating_sub(f.proposed_at) >= 2 * retransmit);
         for (to, body) in out {
             self.send(to, body);
         }
         if stalled {
-            self.step_down_because("refused by an acceptor and no majority without it");
+            self.last_step_down = "refused by an acceptor and no majority without it: campaigning above the refusal";
+            self.leader = None;
+            self.campaign();
         }
     }
 

@@ -109,7 +109,7 @@ fn one_nack_does_not_unseat_a_leader_but_losing_the_majority_does() {
 }
 
 #[test]
-fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_steps_down_and_wins_again() {
+fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_the_refusal() {
     // Node 1 leads with ballot (1, 1); node 3 has promised a higher ballot of its own (a campaign that lost the
     // race) and node 2 dies: node 1's proposal can be chosen only by node 3, which refuses ballot (1, 1) for good.
     let mut g = group(3);
@@ -128,17 +128,18 @@ fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_steps_down_and_win
     g.get_mut(&1).unwrap().tick(200);
     settle(&mut g, dead);
     assert_eq!(g[&1].role(), Role::Leader, "one retransmit interval is not yet a stall");
+    // Stalled behind a refusing and a silent acceptor: it campaigns again above the refused ballot, keeping what
+    // it was asked to propose; node 3 promises, and the values are chosen.
+    g.get_mut(&1).unwrap().propose(b"queued".to_vec()).unwrap();
     g.get_mut(&1).unwrap().tick(400);
-    settle(&mut g, dead);
-    assert_eq!(g[&1].role(), Role::Follower, "stalled behind a refusing and a silent acceptor");
-    assert_eq!(g[&1].last_step_down_reason(), "refused by an acceptor and no majority without it");
-    // Its next campaign goes above the ballot it was refused with; node 3 promises it and the value is chosen.
-    g.get_mut(&1).unwrap().campaign();
+    assert_eq!(g[&1].role(), Role::Candidate);
+    assert!(g[&1].last_step_down_reason().starts_with("refused by an acceptor"), "{}", g[&1].last_step_down_reason());
     let chosen = settle(&mut g, dead);
     assert_eq!(g[&1].role(), Role::Leader);
     assert!(g[&1].ballot().is_some_and(|b| b > higher), "{:?}", g[&1].ballot());
-    assert_eq!(chosen[&1], vec![1]);
+    assert_eq!(chosen[&1], vec![1, 2]);
     assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"renewal".to_vec()])));
+    assert_eq!(g[&1].chosen_value(2), Some(&Value::Batch(vec![b"queued".to_vec()])));
 }
 
 #[test]
