@@ -21,8 +21,17 @@ use paxsql_paxos::Bug;
 /// An assertion of the code under test that fires (the Paxos core asserts what must never happen) is a violation of
 /// that seed like any other, reported with its seed instead of ending the sweep.
 pub fn run_seed(seed: u64, bug: Option<Bug>, trace: bool) -> Outcome {
+    run_seed_with(seed, bug, trace, false)
+}
+
+/// [`run_seed`], and with `lasting_outages` every fourth seed (seed % 4 == 1) keeps one member down for good from
+/// the heal on ([`FaultPlan::lasting_outage`]): the rest must elect a master, take writes and converge. Not in the
+/// default sweep yet: it finds stalls the core does not get out of (docs/NOTE-session18.md).
+pub fn run_seed_with(seed: u64, bug: Option<Bug>, trace: bool, lasting_outages: bool) -> Outcome {
     let mut plan = FaultPlan::from_seed(seed);
     plan.bug = bug;
+    // From the seed itself, not the plan's RNG: every other parameter of a seed stays what it was.
+    plan.lasting_outage = lasting_outages && seed % 4 == 1;
     let kept = plan.clone();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Simulation::new(plan, trace).run())) {
         Ok(outcome) => outcome,
@@ -54,6 +63,18 @@ pub struct SweepReport {
 
 /// Runs `count` seeds from `start` on `threads` threads.
 pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_first: bool) -> SweepReport {
+    sweep_with(start, count, threads, bug, stop_at_first, false)
+}
+
+/// [`sweep`] with [`run_seed_with`]'s lasting outages.
+pub fn sweep_with(
+    start: u64,
+    count: u64,
+    threads: usize,
+    bug: Option<Bug>,
+    stop_at_first: bool,
+    lasting_outages: bool,
+) -> SweepReport {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Mutex;
     let next = AtomicU64::new(start);
@@ -69,7 +90,7 @@ pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_f
                 if seed >= start + count {
                     return;
                 }
-                let outcome = run_seed(seed, bug, false);
+                let outcome = run_seed_with(seed, bug, false, lasting_outages);
                 let failed = outcome.violation.is_some();
                 if failed && stop_at_first {
                     stop.store(true, Ordering::Relaxed);

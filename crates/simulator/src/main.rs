@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use paxsql_paxos::Bug;
-use paxsql_simulator::{run_seed, sweep, FaultPlan};
+use paxsql_simulator::{run_seed_with, sweep_with};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulator of paxsql's Paxos core, global log and master lease")]
@@ -26,6 +26,9 @@ struct Args {
     /// Run a deliberately broken variant: ignore-promised-values, accept-without-promise.
     #[arg(long)]
     bug: Option<String>,
+    /// Every fourth seed keeps one member down for good from the heal on; the rest must still elect a master.
+    #[arg(long)]
+    lasting_outages: bool,
 }
 
 fn main() -> ExitCode {
@@ -39,10 +42,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bug_flag = args.bug.as_ref().map(|b| format!(" --bug {b}")).unwrap_or_default();
+    let mut bug_flag = args.bug.as_ref().map(|b| format!(" --bug {b}")).unwrap_or_default();
+    if args.lasting_outages {
+        bug_flag += " --lasting-outages";
+    }
     if let Some(seed) = args.seed {
-        println!("{}", FaultPlan::from_seed(seed).describe());
-        let out = run_seed(seed, bug, args.trace);
+        let out = run_seed_with(seed, bug, args.trace, args.lasting_outages);
+        println!("{}", out.plan.describe());
         for line in &out.trace {
             println!("{line}");
         }
@@ -60,7 +66,7 @@ fn main() -> ExitCode {
     }
     let count = args.seeds.unwrap_or(1000);
     let started = Instant::now();
-    let report = sweep(args.start, count, args.threads, bug, false);
+    let report = sweep_with(args.start, count, args.threads, bug, false, args.lasting_outages);
     let secs = started.elapsed().as_secs_f64();
     for f in &report.failures {
         if let Some(v) = &f.violation {
@@ -77,7 +83,8 @@ fn main() -> ExitCode {
         "faults injected: {} crashes, {} partitions, {} membership changes, {} rebuilds; {} masters elected ({} \
          gave up a term whose binlog proposal was lost, {} terms handed to a named successor, {} switchovers \
          proposed), {} catch-ups \
-         served from storage, {} instances chosen, {} writes acknowledged; slowest recovery after healing {} ms",
+         served from storage, {} instances chosen, {} writes acknowledged; slowest recovery after healing {} ms \
+         ({} runs with a member down for good after the heal)",
         t.crashes,
         t.partitions,
         t.reconfigurations,
@@ -89,7 +96,8 @@ fn main() -> ExitCode {
         t.storage_catch_ups,
         t.chosen,
         t.acked,
-        t.liveness_ms.unwrap_or(0)
+        t.liveness_ms.unwrap_or(0),
+        t.lasting_outages
     );
     println!("{} seeds from {} in {secs:.1} s: {} violations", report.ran, args.start, report.failures.len());
     if report.failures.is_empty() {

@@ -37,6 +37,9 @@ pub struct FaultPlan {
     pub liveness_bound_ms: u64,
     /// Mean time between two fault actions in ms.
     pub chaos_every_ms: u64,
+    /// At the heal, one member stays down for good: the rest, a majority, must still elect a master, take writes
+    /// and converge (a member that dies and does not come back, as a machine lost for good).
+    pub lasting_outage: bool,
     /// Paxos tunables under test.
     pub max_in_flight: usize,
     pub batching: bool,
@@ -75,6 +78,8 @@ impl FaultPlan {
             fault_phase_ms: rng.gen_range(4_000..10_000),
             liveness_bound_ms: 20_000,
             chaos_every_ms: rng.gen_range(300..2_000),
+            // Opt-in (`paxsql-sim --lasting-outages`), set by `run_seed_with`: not yet in the default sweep.
+            lasting_outage: false,
             max_in_flight: *[1usize, 4, 32].get(rng.gen_range(0..3)).unwrap_or(&4),
             batching: rng.gen_bool(0.7),
             snapshot_every: rng.gen_range(20..200),
@@ -87,7 +92,7 @@ impl FaultPlan {
         format!(
             "seed={} nodes={} loss={:.3} dup={:.3} delay={}..{}ms fsync={}..{}ms partitions={} asymmetric={} \
              crashes={} clock_rate_error={:.4} membership_changes={} faults_for={}ms chaos_every={}ms \
-             in_flight={} batching={} snapshot_every={} chosen_cache_bytes={}{}",
+             lasting_outage={} in_flight={} batching={} snapshot_every={} chosen_cache_bytes={}{}",
             self.seed,
             self.nodes,
             self.loss,
@@ -103,6 +108,7 @@ impl FaultPlan {
             self.membership_changes,
             self.fault_phase_ms,
             self.chaos_every_ms,
+            self.lasting_outage,
             self.max_in_flight,
             self.batching,
             self.snapshot_every,

@@ -67,6 +67,8 @@ pub struct Stats {
     pub switchovers: u64,
     /// Catch-ups served from storage (the member was behind the chosen values its peer holds in memory).
     pub storage_catch_ups: u64,
+    /// Runs in which one member stayed down for good after the heal.
+    pub lasting_outages: u64,
     pub sim_ms: u64,
     /// Time from healing to a new acknowledged commit with all members converged.
     pub liveness_ms: Option<u64>,
@@ -86,6 +88,7 @@ impl Stats {
         self.hand_overs += o.hand_overs;
         self.switchovers += o.switchovers;
         self.storage_catch_ups += o.storage_catch_ups;
+        self.lasting_outages += o.lasting_outages;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -115,6 +118,8 @@ pub struct Simulation {
     blocked: BTreeSet<(NodeId, NodeId)>,
     checker: Checker,
     healed_at: Option<u64>,
+    /// The member kept down for good from the heal on ([`FaultPlan::lasting_outage`]).
+    gone: Option<NodeId>,
     /// Highest GTID acknowledged after healing (liveness needs one).
     acked_after_heal: bool,
     loss: f64,
@@ -159,6 +164,7 @@ impl Simulation {
             blocked: BTreeSet::new(),
             checker: Checker::default(),
             healed_at: None,
+            gone: None,
             acked_after_heal: false,
             loss,
             stats: Stats::default(),
@@ -320,7 +326,7 @@ impl Simulation {
                 Ok(())
             }
             Event::Restart(id) => {
-                if self.nodes.get(&id).is_some_and(|n| n.node.is_none()) {
+                if self.gone != Some(id) && self.nodes.get(&id).is_some_and(|n| n.node.is_none()) {
                     self.start_node(id);
                 }
                 Ok(())
@@ -337,8 +343,27 @@ impl Simulation {
                 self.healed_at = Some(self.now);
                 self.blocked.clear();
                 self.loss = 0.0;
-                let down: Vec<NodeId> =
-                    self.nodes.iter().filter(|(_, n)| n.node.is_none()).map(|(id, _)| *id).collect();
+                let members = self.members();
+                if self.plan.lasting_outage && members.len() >= 3 {
+                    // The highest member id: no draw from the RNG, so the rest of the run stays comparable.
+                    let id = *members.iter().max().expect("three members");
+                    self.gone = Some(id);
+                    let sn = self.nodes.get_mut(&id).expect("a member is a node");
+                    if sn.node.is_some() {
+                        sn.store.crash(0);
+                        sn.node = None;
+                        sn.incarnation += 1;
+                        self.stats.crashes += 1;
+                    }
+                    self.stats.lasting_outages += 1;
+                    self.log(|| format!("heal: node {id} stays down for good"));
+                }
+                let down: Vec<NodeId> = self
+                    .nodes
+                    .iter()
+                    .filter(|(id, n)| n.node.is_none() && self.gone != Some(**id))
+                    .map(|(id, _)| *id)
+                    .collect();
                 for id in down {
                     self.start_node(id);
                 }
@@ -496,7 +521,7 @@ impl Simulation {
         if !self.acked_after_heal {
             return false;
         }
-        let members = self.members();
+        let members: Vec<NodeId> = self.members().into_iter().filter(|id| self.gone != Some(*id)).collect();
         let applied: BTreeSet<u64> = members
             .iter()
             .filter_map(|id| self.nodes.get(id).and_then(|n| n.node.as_ref()).map(|n| n.state().applied))
@@ -506,7 +531,8 @@ impl Simulation {
     }
 
     fn liveness_report(&self) -> String {
-        let mut s = format!("acked_after_heal={} members={:?};", self.acked_after_heal, self.members());
+        let mut s =
+            format!("acked_after_heal={} members={:?} gone={:?};", self.acked_after_heal, self.members(), self.gone);
         for (id, n) in &self.nodes {
             if let Some(node) = n.node.as_ref() {
                 let st = node.state();
