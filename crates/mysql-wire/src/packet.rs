@@ -98,28 +98,26 @@ pub fn take(buf: &mut BytesMut, frame: &Frame) -> Bytes {
         let _ = raw.split_to(HEADER_LEN);
         return raw.freeze();
     }
-    let mut payload = Vec::with_capacity(frame.payload_len);
-    let mut rest = &raw[..];
+    Bytes::from(join_chunks(&raw, frame.payload_len))
+}
+
+/// The payload of the whole packet `raw` (every chunk, headers included), its chunks joined.
+fn join_chunks(raw: &[u8], payload_len: usize) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(payload_len);
+    let mut rest = raw;
     while let Some((header, tail)) = rest.split_first_chunk::<HEADER_LEN>() {
         let n = chunk_len(header).min(tail.len());
         payload.extend_from_slice(&tail[..n]);
         rest = &tail[n..];
     }
-    Bytes::from(payload)
+    payload
 }
 
 /// Finds the first complete packet in `buf` and copies its payload out: the sequence id of its LAST chunk, the
 /// payload, and how many bytes of `buf` it used; `Ok(None)` when `buf` does not hold the whole packet yet.
 pub fn decode(buf: &[u8], max_payload: usize) -> Result<Option<(u8, Vec<u8>, usize)>> {
     let Check::Complete(frame) = check(buf, max_payload)? else { return Ok(None) };
-    let mut payload = Vec::with_capacity(frame.payload_len);
-    let mut rest = &buf[..frame.consumed];
-    while let Some((header, tail)) = rest.split_first_chunk::<HEADER_LEN>() {
-        let n = chunk_len(header).min(tail.len());
-        payload.extend_from_slice(&tail[..n]);
-        rest = &tail[n..];
-    }
-    Ok(Some((frame.last_seq, payload, frame.consumed)))
+    Ok(Some((frame.last_seq, join_chunks(&buf[..frame.consumed], frame.payload_len), frame.consumed)))
 }
 
 /// Appends `parts` (concatenated) as one packet, split at 0xFFFFFF bytes, and advances `seq` by one per chunk.

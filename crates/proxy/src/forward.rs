@@ -245,11 +245,6 @@ impl ServerStream for UnixStream {
     }
 }
 
-/// The payload length in a packet's 4-byte header.
-fn payload_len(header: &[u8; 4]) -> usize {
-    chunk_len(header)
-}
-
 /// Commands that fit one packet are read whole and judged before they are sent (so a suspect word inside a string
 /// literal is read as data); a command of several packets (16 MiB and more) streams and is cut (backend reset
 /// before its last byte) if it holds a suspect word anywhere.
@@ -329,7 +324,7 @@ async fn filter_client<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             Err(e) => return Err(e),
         }
         reader.read_exact(&mut header[1..]).await?;
-        let len = payload_len(&header);
+        let len = chunk_len(&header);
         if tls_login.is_some_and(|done| !done.load(Ordering::Acquire)) {
             header[3] = header[3].wrapping_sub(1);
             *moved += pass_through(&mut reader, server, &header, len).await?;
@@ -668,7 +663,7 @@ async fn streamed_command<R: AsyncRead + Unpin, S: AsyncWrite + Unpin>(
             return Ok(StreamedCommand { byte: first_byte.unwrap_or(0), suspect: false });
         }
         reader.read_exact(&mut header).await?;
-        len = payload_len(&header);
+        len = chunk_len(&header);
     }
 }
 
@@ -850,7 +845,7 @@ async fn read_greeting<S: AsyncRead + Unpin>(
     let read = async {
         let mut header = [0u8; 4];
         server.read_exact(&mut header).await?;
-        let len = payload_len(&header);
+        let len = chunk_len(&header);
         let mut packet = header.to_vec();
         if len > GREETING_BYTES_MAX {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte first packet")));
