@@ -659,7 +659,7 @@ impl GlobalLogNode {
         self.standing_since = None;
         self.paxos.step_down();
         // Spread the next attempts over a whole campaign's length so that rivals stop colliding.
-        let jitter = self.next_random() % (self.cfg.campaign_timeout_ms + 1);
+        let jitter = self.next_random() % (self.campaign_timeout() + 1);
         // Keep the preference order in the back-off too: with equal progress, ranks follow node ids, so rivals
         // that collided once do not collide forever.
         self.backoff_until = self.now + self.rank() * self.cfg.stand_stagger_ms + jitter;
@@ -714,7 +714,7 @@ impl GlobalLogNode {
         }
         self.my_term = None;
         if let Some(since) = self.handing_over_since {
-            if now.saturating_sub(since) <= self.cfg.campaign_timeout_ms && self.paxos.role() != Role::Follower {
+            if now.saturating_sub(since) <= self.campaign_timeout() && self.paxos.role() != Role::Follower {
                 return;
             }
             self.handing_over_since = None;
@@ -730,7 +730,7 @@ impl GlobalLogNode {
             }
             return;
         };
-        if now.saturating_sub(since) > self.cfg.campaign_timeout_ms {
+        if now.saturating_sub(since) > self.campaign_timeout() {
             self.give_up_campaign();
             return;
         }
@@ -762,6 +762,14 @@ impl GlobalLogNode {
                 }
             }
         }
+    }
+
+    /// How long a campaign may take before it is abandoned: the configured time, but never less than four
+    /// retransmit intervals — a campaign needs three round trips (phase 1, re-proposing what it found, the
+    /// compare-and-set) and a lost message costs one interval; over links slow enough to need a long retransmit
+    /// interval, a shorter limit abandons every campaign before it can win.
+    fn campaign_timeout(&self) -> u64 {
+        self.cfg.campaign_timeout_ms.max(4 * self.cfg.paxos.retransmit_ms)
     }
 
     fn may_stand(&self, now: u64) -> bool {

@@ -152,6 +152,8 @@ struct Phase1 {
     complete: BTreeSet<NodeId>,
     reports: BTreeMap<Instance, (Ballot, Value)>,
     sent_at: u64,
+    /// When it began (retransmits move `sent_at` only).
+    started_at: u64,
 }
 
 #[derive(Debug)]
@@ -190,8 +192,11 @@ pub struct PaxosNode {
     promised: Ballot,
     accepted: BTreeMap<Instance, (Ballot, Value)>,
     prepare_guard: Option<(u64, NodeId)>,
-    /// The proposer this acceptor last heard from, and when.
-    last_contact: Option<(NodeId, u64)>,
+    /// The proposer this acceptor last heard from, when, and whether as a leader (accepts, commits) rather than
+    /// as a candidate (prepares).
+    last_contact: Option<(NodeId, u64, bool)>,
+    /// The rival prepare (proposer, ballot) stickiness last ignored, and since when it has been ignored.
+    ignored: Option<(NodeId, Ballot, u64)>,
     // Learner.
     first_held: Instance,
     last_chosen: Instance,
@@ -237,6 +242,7 @@ impl PaxosNode {
             accepted: state.accepted,
             prepare_guard: None,
             last_contact: None,
+            ignored: None,
             first_held: state.first_chosen,
             last_chosen: state.last_chosen,
             chosen_log: BTreeMap::new(),
@@ -380,8 +386,12 @@ impl PaxosNode {
         // proposal has waited two retransmit intervals with an acceptor lost, the leader runs phase 1 again above
         // the ballot it was refused with. Its queue stays (a step-down would drop it, and a master whose binlog
         // proposal is dropped must give its term up); what is in flight comes back through phase 1.
-        let stalled =
-            !l.lost.is_empty() && l.in_flight.values().any(|f| now.saturating_sub(f.proposed_at) >= 2 * retransmit);
+        // The same holds for phase 1: a candidate refused by one acceptor while another is silent would wait for
+        // the silent one for ever.
+        let waited = |since: u64| now.saturating_sub(since) >= 2 * retransmit;
+        let stalled = !l.lost.is_empty()
+            && (l.in_flight.values().any(|f| waited(f.proposed_at))
+                || l.phase1.as_ref().is_some_and(|p| waited(p.started_at)));
         for (to, body) in out {
             self.send(to, body);
         }
@@ -415,7 +425,7 @@ impl PaxosNode {
         }
         let ballot = Ballot::new(self.max_round_seen.max(self.promised.round) + 1, self.cfg.id);
         self.max_round_seen = ballot.round;
-        self.last_contact = Some((self.cfg.id, self.now));
+        self.last_contact = Some((self.cfg.id, self.now, false));
         // Promise our own ballot durably before any prepare leaves: a restarted node must never reuse a ballot
         // that others may have promised, or it could propose two values under one ballot.
         self.promised = ballot;
@@ -444,7 +454,7 @@ impl PaxosNode {
     /// Stops sticking to the proposer this acceptor last heard from (a liveness aid only): used when the log
     /// itself names the next leader, whose prepare must not wait out the old leader's stickiness window.
     pub fn forget_contact(&mut self) {
-        if self.last_contact.is_some_and(|(node, _)| node != self.cfg.id) {
+        if self.last_contact.is_some_and(|(node, _, _)| node != self.cfg.id) {
             self.last_contact = None;
         }
     }
@@ -452,7 +462,7 @@ impl PaxosNode {
     /// Whether another proposer reached this acceptor within the stickiness window: a node should not start a
     /// campaign of its own while someone else's is under way or someone leads.
     pub fn other_proposer_active(&self) -> bool {
-        self.last_contact.is_some_and(|(node, at)| {
+        self.last_contact.is_some_and(|(node, at, _)| {
             node != self.cfg.id && self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms
         })
     }
@@ -567,15 +577,26 @@ impl PaxosNode {
                 return;
             }
         }
-        if let Some((leader, at)) = self.last_contact {
+        if let Some((leader, at, leading)) = self.last_contact {
             // Sticking to ourselves lasts only while we campaign or lead: a failed candidate must at once be
             // willing to help the next one, or simultaneous candidates lock each other out for good.
+            // A campaign (ours, or one we promised) holds off a rival only until the rival has insisted for a
+            // retransmit interval: with a member gone, a majority may need every live member, and a promise to a
+            // campaign that failed elsewhere (acceptors hear nothing more from a candidate once they promised) or
+            // two candidates each ignoring the other's higher prepare would otherwise let no campaign through.
+            // An established leader's hold is not cut short.
+            let insisting = self.ignored.is_some_and(|(node, b, since)| {
+                node == from && b == ballot && self.now.saturating_sub(since) >= self.cfg.retransmit_ms
+            });
             let fresh = if leader == self.cfg.id {
-                self.leader.is_some()
+                self.leader.as_ref().is_some_and(|l| l.established || !insisting)
             } else {
-                self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms
+                self.now.saturating_sub(at) < self.cfg.leader_stickiness_ms && (leading || !insisting)
             };
             if fresh && leader != from && from != self.cfg.id && ballot > self.promised {
+                if !self.ignored.is_some_and(|(node, b, _)| node == from && b == ballot) {
+                    self.ignored = Some((from, ballot, self.now));
+                }
                 return;
             }
         }
@@ -584,7 +605,7 @@ impl PaxosNode {
             return;
         }
         if from != self.cfg.id {
-            self.last_contact = Some((from, self.now));
+            self.last_contact = Some((from, self.now, false));
         }
         if self.answered_below_memory(from, from_instance) {
             // A candidate this far behind is not promised (refusing is always safe) but told to rebuild or caught
@@ -633,7 +654,7 @@ impl PaxosNode {
         }
         self.leader_hint = Some(ballot.node);
         if from != self.cfg.id {
-            self.last_contact = Some((from, self.now));
+            self.last_contact = Some((from, self.now, true));
         }
         let already = self.accepted.get(&instance).is_some_and(|(b, v)| *b == ballot && *v == value);
         // A retransmitted accept of what we already hold is not written again: rewriting a large batch under a
@@ -661,6 +682,7 @@ impl PaxosNode {
             complete: BTreeSet::new(),
             reports: BTreeMap::new(),
             sent_at: self.now,
+            started_at: self.now,
         });
         for &node in &membership.members {
             self.send_after_persist(node, MessageBody::Prepare { ballot, from_instance: from });
@@ -872,7 +894,7 @@ impl PaxosNode {
         if ballot >= self.promised {
             self.leader_hint = Some(ballot.node);
             if from != self.cfg.id && from == ballot.node {
-                self.last_contact = Some((from, self.now));
+                self.last_contact = Some((from, self.now, true));
             }
         }
         if self.leader.as_ref().is_some_and(|l| l.ballot < ballot) {

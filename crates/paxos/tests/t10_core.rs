@@ -143,6 +143,68 @@ fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_th
 }
 
 #[test]
+fn a_candidate_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_the_refusal() {
+    // Node 3 has promised a higher ballot of its own and node 2 is gone: node 1's phase 1 can complete only with
+    // node 3, which refuses ballot (1, 1) for good.
+    let mut g = group(3);
+    let higher = Ballot::new(7, 3);
+    g.get_mut(&3).unwrap().step(Message {
+        from: 3,
+        to: 3,
+        body: MessageBody::Prepare { ballot: higher, from_instance: 1 },
+    });
+    let dead = |m: &Message| m.to == 2 || m.from == 2;
+    g.get_mut(&1).unwrap().campaign();
+    g.get_mut(&1).unwrap().propose(b"queued".to_vec()).unwrap();
+    settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Candidate, "one nack alone does not end a campaign");
+    g.get_mut(&1).unwrap().tick(200);
+    settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Candidate, "one retransmit interval is not yet a stall");
+    g.get_mut(&1).unwrap().tick(400);
+    let chosen = settle(&mut g, dead);
+    assert_eq!(g[&1].role(), Role::Leader);
+    assert!(g[&1].ballot().is_some_and(|b| b > higher), "{:?}", g[&1].ballot());
+    assert_eq!(chosen[&1], vec![1]);
+    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"queued".to_vec()])));
+}
+
+#[test]
+fn a_rival_that_insists_gets_through_a_promise_to_a_campaign_that_failed_but_not_past_a_leader() {
+    // Four members, node 4 gone: a majority needs all three others. Node 2's campaign is promised by node 1 but
+    // never hears node 3, and is given up; node 1 hears nothing more from it.
+    let mut g = group(4);
+    let gone = |m: &Message| m.to == 4 || m.from == 4;
+    g.get_mut(&2).unwrap().campaign();
+    settle(&mut g, |m| gone(m) || (m.from == 3 && m.to == 2));
+    assert_eq!(g[&2].role(), Role::Candidate);
+    g.get_mut(&2).unwrap().step_down();
+    // Node 3's first prepare finds node 1 still holding to node 2's campaign.
+    g.get_mut(&3).unwrap().campaign();
+    settle(&mut g, gone);
+    assert_eq!(g[&3].role(), Role::Candidate, "a rival's first prepare does not unseat a campaign");
+    // Node 3 insists for a retransmit interval: node 1 lets it through.
+    for n in g.values_mut() {
+        n.tick(200);
+    }
+    settle(&mut g, gone);
+    assert_eq!(g[&3].role(), Role::Leader);
+    // An established leader is not unseated the same way: node 2's insisting prepares stay ignored by those
+    // that hear node 3 lead.
+    g.get_mut(&3).unwrap().propose(b"lead".to_vec()).unwrap();
+    settle(&mut g, gone);
+    g.get_mut(&2).unwrap().campaign();
+    for t in [250, 450, 650] {
+        for n in g.values_mut() {
+            n.tick(t);
+        }
+        settle(&mut g, |m| gone(m) || matches!(m.body, MessageBody::Commit { .. }));
+    }
+    assert_eq!(g[&3].role(), Role::Leader);
+    assert_ne!(g[&2].role(), Role::Leader);
+}
+
+#[test]
 fn a_member_behind_a_compaction_is_told_to_rebuild() {
     let mut g = group(3);
     g.get_mut(&1).unwrap().campaign();

@@ -21,12 +21,12 @@ use paxsql_paxos::Bug;
 /// An assertion of the code under test that fires (the Paxos core asserts what must never happen) is a violation of
 /// that seed like any other, reported with its seed instead of ending the sweep.
 pub fn run_seed(seed: u64, bug: Option<Bug>, trace: bool) -> Outcome {
-    run_seed_with(seed, bug, trace, false)
+    run_seed_with(seed, bug, trace, true)
 }
 
-/// [`run_seed`], and with `lasting_outages` every fourth seed (seed % 4 == 1) keeps one member down for good from
-/// the heal on ([`FaultPlan::lasting_outage`]): the rest must elect a master, take writes and converge. Not in the
-/// default sweep yet: it finds stalls the core does not get out of (docs/NOTE-session18.md).
+/// [`run_seed`] choosing whether every fourth seed (seed % 4 == 1) keeps one member down for good from the heal on
+/// ([`FaultPlan::lasting_outage`]): the rest must elect a master, take writes and converge. On in [`run_seed`] and
+/// [`sweep`]; off reproduces a plan as it was before the outages were added.
 pub fn run_seed_with(seed: u64, bug: Option<Bug>, trace: bool, lasting_outages: bool) -> Outcome {
     let mut plan = FaultPlan::from_seed(seed);
     plan.bug = bug;
@@ -59,11 +59,23 @@ pub struct SweepReport {
     pub ran: u64,
     /// Stats summed over every seed that ran (proof that the faults really happened).
     pub totals: Stats,
+    /// Recovery after healing of each seed that measured one (ms, seed), for percentiles and the slowest seed.
+    pub recoveries: Vec<(u64, u64)>,
+}
+
+impl SweepReport {
+    /// The `q`-quantile (0..=1) of the recoveries after healing, and the seed that took it.
+    pub fn recovery_quantile(&self, q: f64) -> Option<(u64, u64)> {
+        let mut r = self.recoveries.clone();
+        r.sort_unstable();
+        let i = ((r.len() as f64 - 1.0) * q).round() as usize;
+        r.get(i).copied()
+    }
 }
 
 /// Runs `count` seeds from `start` on `threads` threads.
 pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_first: bool) -> SweepReport {
-    sweep_with(start, count, threads, bug, stop_at_first, false)
+    sweep_with(start, count, threads, bug, stop_at_first, true)
 }
 
 /// [`sweep`] with [`run_seed_with`]'s lasting outages.
@@ -98,6 +110,9 @@ pub fn sweep_with(
                 if let Ok(mut r) = report.lock() {
                     r.ran += 1;
                     r.totals.add(&outcome.stats);
+                    if let Some(ms) = outcome.stats.liveness_ms {
+                        r.recoveries.push((ms, seed));
+                    }
                     if failed {
                         r.failures.push(outcome);
                     }

@@ -26,9 +26,10 @@ struct Args {
     /// Run a deliberately broken variant: ignore-promised-values, accept-without-promise.
     #[arg(long)]
     bug: Option<String>,
-    /// Every fourth seed keeps one member down for good from the heal on; the rest must still elect a master.
+    /// Leave out the lasting outages (by default every fourth seed keeps one member down for good from the heal
+    /// on, and the rest must still elect a master): reproduces a plan as it was before they were added.
     #[arg(long)]
-    lasting_outages: bool,
+    no_lasting_outages: bool,
 }
 
 fn main() -> ExitCode {
@@ -43,11 +44,12 @@ fn main() -> ExitCode {
         }
     };
     let mut bug_flag = args.bug.as_ref().map(|b| format!(" --bug {b}")).unwrap_or_default();
-    if args.lasting_outages {
-        bug_flag += " --lasting-outages";
+    let lasting_outages = !args.no_lasting_outages;
+    if !lasting_outages {
+        bug_flag += " --no-lasting-outages";
     }
     if let Some(seed) = args.seed {
-        let out = run_seed_with(seed, bug, args.trace, args.lasting_outages);
+        let out = run_seed_with(seed, bug, args.trace, lasting_outages);
         println!("{}", out.plan.describe());
         for line in &out.trace {
             println!("{line}");
@@ -66,7 +68,7 @@ fn main() -> ExitCode {
     }
     let count = args.seeds.unwrap_or(1000);
     let started = Instant::now();
-    let report = sweep_with(args.start, count, args.threads, bug, false, args.lasting_outages);
+    let report = sweep_with(args.start, count, args.threads, bug, false, lasting_outages);
     let secs = started.elapsed().as_secs_f64();
     for f in &report.failures {
         if let Some(v) = &f.violation {
@@ -99,6 +101,9 @@ fn main() -> ExitCode {
         t.liveness_ms.unwrap_or(0),
         t.lasting_outages
     );
+    let q = |x| report.recovery_quantile(x).unwrap_or_default();
+    let ((p50, _), (p99, _), (p999, _), (max, slowest)) = (q(0.5), q(0.99), q(0.999), q(1.0));
+    println!("recovery after healing: p50 {p50} ms, p99 {p99} ms, p99.9 {p999} ms, max {max} ms (seed {slowest})");
     println!("{} seeds from {} in {secs:.1} s: {} violations", report.ran, args.start, report.failures.len());
     if report.failures.is_empty() {
         ExitCode::SUCCESS

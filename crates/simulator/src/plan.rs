@@ -78,7 +78,7 @@ impl FaultPlan {
             fault_phase_ms: rng.gen_range(4_000..10_000),
             liveness_bound_ms: 20_000,
             chaos_every_ms: rng.gen_range(300..2_000),
-            // Opt-in (`paxsql-sim --lasting-outages`), set by `run_seed_with`: not yet in the default sweep.
+            // Set by `run_seed_with` from the seed (every fourth one; `paxsql-sim --no-lasting-outages` leaves it out).
             lasting_outage: false,
             max_in_flight: *[1usize, 4, 32].get(rng.gen_range(0..3)).unwrap_or(&4),
             batching: rng.gen_bool(0.7),
