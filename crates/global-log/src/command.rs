@@ -15,6 +15,20 @@ pub enum Command {
     /// Binlog transactions `first_seq..=last_seq` of GTID domain `domain_id`, written by the master of
     /// `master_version` (whose mariadbd runs with `server_id`), as the raw events MariaDB sent.
     AppendBinlog { master_version: u64, domain_id: u32, server_id: u32, first_seq: u64, last_seq: u64, events: Vec<u8> },
+    /// One part of binlog transaction `seq` (GTID domain `domain_id`, server `server_id`) too large for one log
+    /// entry: `bytes` are its raw events from byte `offset` on, cut anywhere (an event may span two parts). Parts
+    /// come in order from offset 0; the transaction is in the log once the part flagged `last` is chosen, and a
+    /// master change before that drops what came before ([`crate::Applied::PartsDropped`]): no member ever serves
+    /// part of a transaction.
+    AppendBinlogPart {
+        master_version: u64,
+        domain_id: u32,
+        server_id: u32,
+        seq: u64,
+        offset: u64,
+        last: bool,
+        bytes: Vec<u8>,
+    },
     /// The master of `master_version`, which has stopped serving, names its successor: the term ends and the next one
     /// belongs to `new_master` at once, whose lease starts only from a renewal of its own.
     HandOver { master_version: u64, new_master: NodeId },
@@ -35,6 +49,8 @@ pub enum CommandDecodeError {
     TrailingBytes(usize),
     #[error("an address in the command is not UTF-8")]
     NotText,
+    #[error("flag byte at {0} is neither 0 nor 1")]
+    BadFlag(usize),
 }
 
 /// Longest address a [`Command::RecordMember`] carries (a host name and a port fit many times over).
@@ -45,6 +61,7 @@ const TAG_RENEW_LEASE: u8 = 2;
 const TAG_APPEND_BINLOG: u8 = 3;
 const TAG_HAND_OVER: u8 = 4;
 const TAG_RECORD_MEMBER: u8 = 5;
+const TAG_APPEND_BINLOG_PART: u8 = 6;
 
 impl Command {
     pub fn kind(&self) -> &'static str {
@@ -52,6 +69,7 @@ impl Command {
             Command::ChangeMaster { .. } => "change_master",
             Command::RenewLease { .. } => "renew_lease",
             Command::AppendBinlog { .. } => "append_binlog",
+            Command::AppendBinlogPart { .. } => "append_binlog_part",
             Command::HandOver { .. } => "hand_over",
             Command::RecordMember { .. } => "record_member",
         }
@@ -80,6 +98,17 @@ impl Command {
                 out.extend_from_slice(&first_seq.to_le_bytes());
                 out.extend_from_slice(&last_seq.to_le_bytes());
                 out.extend_from_slice(events);
+            }
+            Command::AppendBinlogPart { master_version, domain_id, server_id, seq, offset, last, bytes } => {
+                out.reserve(38 + bytes.len());
+                out.push(TAG_APPEND_BINLOG_PART);
+                out.extend_from_slice(&master_version.to_le_bytes());
+                out.extend_from_slice(&domain_id.to_le_bytes());
+                out.extend_from_slice(&server_id.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.push(u8::from(*last));
+                out.extend_from_slice(bytes);
             }
             Command::HandOver { master_version, new_master } => {
                 out.push(TAG_HAND_OVER);
@@ -128,6 +157,28 @@ impl Command {
                 let events = bytes.get(pos..).unwrap_or_default().to_vec();
                 return Ok(Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events });
             }
+            TAG_APPEND_BINLOG_PART => {
+                let master_version = u64_of(take(8)?);
+                let domain_id = u64_of(take(4)?) as u32;
+                let server_id = u64_of(take(4)?) as u32;
+                let seq = u64_of(take(8)?);
+                let offset = u64_of(take(8)?);
+                let last = match take(1)?[0] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(CommandDecodeError::BadFlag(pos - 1)),
+                };
+                let bytes = bytes.get(pos..).unwrap_or_default().to_vec();
+                return Ok(Command::AppendBinlogPart {
+                    master_version,
+                    domain_id,
+                    server_id,
+                    seq,
+                    offset,
+                    last,
+                    bytes,
+                });
+            }
             TAG_HAND_OVER => Command::HandOver { master_version: u64_of(take(8)?), new_master: u64_of(take(8)?) },
             TAG_RECORD_MEMBER => {
                 let node = u64_of(take(8)?);
@@ -168,6 +219,15 @@ mod tests {
                 last_seq: 9,
                 events: vec![1, 2, 3],
             },
+            Command::AppendBinlogPart {
+                master_version: 7,
+                domain_id: 0,
+                server_id: 1001,
+                seq: 10,
+                offset: 16 << 20,
+                last: true,
+                bytes: vec![9; 5],
+            },
             Command::AppendBinlog {
                 master_version: 7,
                 domain_id: 1,
@@ -180,7 +240,12 @@ mod tests {
         for c in cmds {
             let enc = c.encode();
             assert_eq!(Command::decode(&enc), Ok(c.clone()));
-            let fixed = if matches!(c, Command::AppendBinlog { .. }) { 33 } else { enc.len() };
+            // Everything but the trailing bytes of a binlog command must be there.
+            let fixed = match c {
+                Command::AppendBinlog { .. } => 33,
+                Command::AppendBinlogPart { .. } => 34,
+                _ => enc.len(),
+            };
             for cut in 0..fixed {
                 assert!(Command::decode(&enc[..cut]).is_err(), "{} cut at {cut}", c.kind());
             }

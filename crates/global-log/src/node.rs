@@ -193,8 +193,9 @@ pub struct GlobalLogNode {
     status_replies: BTreeSet<NodeId>,
     /// `proposed_at_ms` of this incarnation's recent `ChangeMaster` proposals.
     own_change_proposals: std::collections::VecDeque<u64>,
-    /// This term's binlog proposals not applied yet, in proposal order: (`proposed_at_ms`, last seq_no).
-    own_appends: std::collections::VecDeque<(u64, u64)>,
+    /// This term's binlog proposals not applied yet, in proposal order: (`proposed_at_ms`, last seq_no, offset of a
+    /// part or 0).
+    own_appends: std::collections::VecDeque<(u64, u64, u64)>,
     /// Set when this node gives up its term on its own; drained by [`Self::take_ready`].
     term_given_up: Option<String>,
     /// When this node proposed to hand its term over; it keeps its Paxos leadership until that is chosen.
@@ -375,7 +376,36 @@ impl GlobalLogNode {
         }
         let cmd = Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events };
         self.paxos.propose(cmd.encode())?;
-        self.own_appends.push_back((self.now, last_seq));
+        self.own_appends.push_back((self.now, last_seq, 0));
+        Ok(())
+    }
+
+    /// Proposes one part of binlog transaction `seq`, too large for one log entry: its raw events from byte `offset`
+    /// on (see [`Command::AppendBinlogPart`]). The master acknowledges the transaction only once the part flagged
+    /// `last` comes back as [`Applied::BinlogPartAppended`] for its term. A part the log refuses (or loses) ends the
+    /// term as for a whole transaction.
+    pub fn propose_binlog_part(
+        &mut self,
+        domain_id: u32,
+        server_id: u32,
+        seq: u64,
+        offset: u64,
+        last: bool,
+        bytes: Vec<u8>,
+    ) -> Result<(), GlobalLogError> {
+        let master_version = self.require_master()?;
+        if bytes.len() > self.cfg.max_value_bytes {
+            return Err(GlobalLogError::TransactionTooLarge {
+                domain_id,
+                server_id,
+                seq,
+                bytes: bytes.len(),
+                limit: self.cfg.max_value_bytes,
+            });
+        }
+        let cmd = Command::AppendBinlogPart { master_version, domain_id, server_id, seq, offset, last, bytes };
+        self.paxos.propose(cmd.encode())?;
+        self.own_appends.push_back((self.now, seq, offset));
         Ok(())
     }
 
@@ -610,7 +640,7 @@ impl GlobalLogNode {
                 if self.my_term == Some(*master_version) && self.state.master_id == me {
                     // Commands reach the log in the order they were proposed: a renewal proposed after one of our
                     // appends comes out after it, so an append still missing now was dropped and never will be.
-                    if let Some(&(at, seq)) = self.own_appends.front().filter(|(at, _)| at < proposed_at_ms) {
+                    if let Some(&(at, seq, _)) = self.own_appends.front().filter(|(at, _, _)| at < proposed_at_ms) {
                         let why = format!(
                             "binlog transaction {seq}, proposed at {at} ms, never reached the log (a renewal \
                              proposed at {proposed_at_ms} ms did)"
@@ -624,11 +654,19 @@ impl GlobalLogNode {
                 }
             }
             Applied::BinlogAppended { master_version, last_seq, .. } if self.my_term == Some(*master_version) => {
-                while self.own_appends.front().is_some_and(|(_, seq)| seq <= last_seq) {
+                while self.own_appends.front().is_some_and(|(_, seq, _)| seq <= last_seq) {
                     self.own_appends.pop_front();
                 }
             }
-            Applied::Rejected { kind: "append_binlog", master_version, reason, .. }
+            Applied::BinlogPartAppended { master_version, gtid, offset, .. }
+                if self.my_term == Some(*master_version) =>
+            {
+                let part = (gtid.seq_no, *offset);
+                while self.own_appends.front().is_some_and(|(_, seq, at)| (*seq, *at) <= part) {
+                    self.own_appends.pop_front();
+                }
+            }
+            Applied::Rejected { kind: "append_binlog" | "append_binlog_part", master_version, reason, .. }
                 if self.my_term == Some(*master_version) =>
             {
                 // A gap: an earlier append of ours was lost, and everything after it is rejected the same way.
@@ -683,7 +721,11 @@ impl GlobalLogNode {
                 });
             }
         }
-        self.pending_snapshot = Some(self.state.clone());
+        // Never a snapshot inside a transaction's parts: their bytes are only in the log, and a member restored from
+        // such a snapshot could never complete the transaction. The next input after its last part takes it.
+        if self.state.open.is_none() {
+            self.pending_snapshot = Some(self.state.clone());
+        }
     }
 
     /// Election and renewal decisions, taken after every input.

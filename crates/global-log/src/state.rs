@@ -32,6 +32,20 @@ pub struct ReplicatedState {
     /// Addresses recorded through the log ([`Command::RecordMember`]), by node: members added after the log began
     /// (and any whose address changed). The initial members' addresses come from each node's config.
     pub addresses: BTreeMap<NodeId, MemberAddress>,
+    /// A transaction whose parts ([`Command::AppendBinlogPart`]) are arriving: it is not in the log until its last
+    /// part is. Never in a snapshot: the node takes none while one is open (its parts' bytes live only in the log).
+    pub open: Option<OpenTransaction>,
+}
+
+/// The transaction whose parts are arriving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenTransaction {
+    pub master_version: u64,
+    pub gtid: LastGtid,
+    /// Bytes received so far: the next part's offset.
+    pub next_offset: u64,
+    /// Instance of its first part.
+    pub first_instance: Instance,
 }
 
 /// Where a member is reached, as recorded in the log.
@@ -47,13 +61,38 @@ pub struct MemberAddress {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RejectReason {
     Malformed(String),
-    StaleMasterVersion { have: u64, got: u64 },
-    StaleLeaseSeq { have: u64, got: u64 },
-    NotAMember { node: NodeId },
-    GtidGap { expected: u64, got: u64 },
-    WrongDomain { have: u32, got: u32 },
+    StaleMasterVersion {
+        have: u64,
+        got: u64,
+    },
+    StaleLeaseSeq {
+        have: u64,
+        got: u64,
+    },
+    NotAMember {
+        node: NodeId,
+    },
+    GtidGap {
+        expected: u64,
+        got: u64,
+    },
+    WrongDomain {
+        have: u32,
+        got: u32,
+    },
     EmptyRange,
     NotSingleStepMembership,
+    /// A part that does not continue the open transaction (or a first part not at offset 0).
+    PartOutOfOrder {
+        expected_seq: u64,
+        expected_offset: u64,
+        got_seq: u64,
+        got_offset: u64,
+    },
+    /// A whole transaction while another one's parts are arriving.
+    TransactionOpen {
+        seq: u64,
+    },
 }
 
 /// One effect of applying the log, in log order.
@@ -85,6 +124,22 @@ pub enum Applied {
         last_seq: u64,
         events: Vec<u8>,
     },
+    /// A part of a transaction too large for one entry; the one flagged `last` puts the whole transaction in the
+    /// log (the master acknowledges it then), and the parts before it are the same transaction's, in order.
+    BinlogPartAppended {
+        instance: Instance,
+        master_version: u64,
+        gtid: LastGtid,
+        offset: u64,
+        last: bool,
+        bytes: Vec<u8>,
+    },
+    /// The parts received of transaction `gtid` are void: its master's term ended before the last one. Whoever kept
+    /// them drops them; the transaction is not in the log.
+    PartsDropped {
+        instance: Instance,
+        gtid: LastGtid,
+    },
     MembershipChanged {
         instance: Instance,
         membership: Membership,
@@ -113,6 +168,7 @@ impl ReplicatedState {
             last_gtid: None,
             transactions: 0,
             addresses: BTreeMap::new(),
+            open: None,
         }
     }
 
@@ -159,6 +215,7 @@ impl ReplicatedState {
                     Command::ChangeMaster { expected_version, .. } => *expected_version,
                     Command::RenewLease { master_version, .. }
                     | Command::AppendBinlog { master_version, .. }
+                    | Command::AppendBinlogPart { master_version, .. }
                     | Command::HandOver { master_version, .. } => *master_version,
                     Command::RecordMember { .. } => self.master_version,
                 };
@@ -166,9 +223,9 @@ impl ReplicatedState {
             }
             Ok(()) => match cmd {
                 Command::ChangeMaster { new_master, proposed_at_ms, .. } => {
-                    out.push(self.change_master(instance, new_master, proposed_at_ms, false));
+                    self.change_master(instance, new_master, proposed_at_ms, false, out);
                 }
-                Command::HandOver { new_master, .. } => out.push(self.change_master(instance, new_master, 0, true)),
+                Command::HandOver { new_master, .. } => self.change_master(instance, new_master, 0, true, out),
                 Command::RenewLease { master_version, proposed_at_ms } => {
                     self.lease_seq += 1;
                     out.push(Applied::LeaseRenewed { instance, master_version, proposed_at_ms });
@@ -178,6 +235,19 @@ impl ReplicatedState {
                     self.transactions += last_seq - first_seq + 1;
                     let gtid_first = LastGtid { domain_id, server_id, seq_no: first_seq };
                     out.push(Applied::BinlogAppended { instance, master_version, gtid_first, last_seq, events });
+                }
+                Command::AppendBinlogPart { master_version, domain_id, server_id, seq, offset, last, bytes } => {
+                    let gtid = LastGtid { domain_id, server_id, seq_no: seq };
+                    let first_instance = self.open.map_or(instance, |o| o.first_instance);
+                    let next_offset = offset + bytes.len() as u64;
+                    if last {
+                        self.open = None;
+                        self.last_gtid = Some(gtid);
+                        self.transactions += 1;
+                    } else {
+                        self.open = Some(OpenTransaction { master_version, gtid, next_offset, first_instance });
+                    }
+                    out.push(Applied::BinlogPartAppended { instance, master_version, gtid, offset, last, bytes });
                 }
                 Command::RecordMember { node, peer, mariadb } => {
                     let address = MemberAddress { peer, mariadb };
@@ -195,17 +265,23 @@ impl ReplicatedState {
         new_master: NodeId,
         proposed_at_ms: u64,
         handed_over: bool,
-    ) -> Applied {
+        out: &mut Vec<Applied>,
+    ) {
+        if let Some(open) = self.open.take() {
+            // Before the master change itself: whoever kept the parts drops them before the new term's first
+            // transaction (which takes the same sequence number) arrives.
+            out.push(Applied::PartsDropped { instance, gtid: open.gtid });
+        }
         self.master_id = new_master;
         self.master_version += 1;
         self.lease_seq += 1;
-        Applied::MasterChanged {
+        out.push(Applied::MasterChanged {
             instance,
             master_version: self.master_version,
             master: new_master,
             proposed_at_ms,
             handed_over,
-        }
+        });
     }
 
     fn check(&self, cmd: &Command) -> Result<(), RejectReason> {
@@ -240,13 +316,26 @@ impl ReplicatedState {
                 if last_seq < first_seq {
                     return Err(RejectReason::EmptyRange);
                 }
-                if let Some(last) = self.last_gtid {
-                    if last.domain_id != *domain_id {
-                        return Err(RejectReason::WrongDomain { have: last.domain_id, got: *domain_id });
-                    }
-                    if *first_seq != last.seq_no + 1 {
-                        return Err(RejectReason::GtidGap { expected: last.seq_no + 1, got: *first_seq });
-                    }
+                if let Some(open) = self.open {
+                    return Err(RejectReason::TransactionOpen { seq: open.gtid.seq_no });
+                }
+                self.continues_log(*domain_id, *first_seq)
+            }
+            Command::AppendBinlogPart { master_version, domain_id, server_id, seq, offset, .. } => {
+                current(*master_version)?;
+                self.continues_log(*domain_id, *seq)?;
+                let (expected_seq, expected_offset) = match self.open {
+                    Some(o) if o.gtid.server_id == *server_id => (o.gtid.seq_no, o.next_offset),
+                    Some(o) => (o.gtid.seq_no, u64::MAX),
+                    None => (*seq, 0),
+                };
+                if (*seq, *offset) != (expected_seq, expected_offset) {
+                    return Err(RejectReason::PartOutOfOrder {
+                        expected_seq,
+                        expected_offset,
+                        got_seq: *seq,
+                        got_offset: *offset,
+                    });
                 }
                 Ok(())
             }
@@ -255,8 +344,22 @@ impl ReplicatedState {
         }
     }
 
+    /// Whether a transaction of `domain_id` numbered `first_seq` follows the log's last one without a gap.
+    fn continues_log(&self, domain_id: u32, first_seq: u64) -> Result<(), RejectReason> {
+        if let Some(last) = self.last_gtid {
+            if last.domain_id != domain_id {
+                return Err(RejectReason::WrongDomain { have: last.domain_id, got: domain_id });
+            }
+            if first_seq != last.seq_no + 1 {
+                return Err(RejectReason::GtidGap { expected: last.seq_no + 1, got: first_seq });
+            }
+        }
+        Ok(())
+    }
+
     /// Encoding for [`paxsql_paxos::Snapshot::data`] (membership travels in the snapshot itself).
     pub fn encode_snapshot(&self) -> Vec<u8> {
+        assert!(self.open.is_none(), "a snapshot inside transaction {:?}'s parts", self.open);
         let mut out = Vec::with_capacity(64);
         for n in [self.applied, self.master_id, self.master_version, self.lease_seq, self.transactions] {
             out.extend_from_slice(&n.to_le_bytes());
@@ -355,6 +458,71 @@ mod tests {
         assert!(matches!(out[0], Applied::Rejected { reason: RejectReason::NotAMember { node: 9 }, .. }));
         s.apply(4, &batch(&[cm(1, 2, 3)]), &mut out);
         assert_eq!((s.master_id, s.master_version), (3, 2));
+    }
+
+    #[test]
+    fn a_transaction_in_parts_is_in_the_log_at_its_last_part_and_dropped_by_a_master_change() {
+        let mut s = ReplicatedState::new(Membership::new([1, 2, 3]));
+        let mut out = Vec::new();
+        let cm = |v, l, node| Command::ChangeMaster {
+            expected_version: v,
+            expected_lease_seq: l,
+            new_master: node,
+            proposed_at_ms: 0,
+        };
+        let part = |v, seq, offset: u64, last, len: usize| Command::AppendBinlogPart {
+            master_version: v,
+            domain_id: 0,
+            server_id: 7,
+            seq,
+            offset,
+            last,
+            bytes: vec![seq as u8; len],
+        };
+        let whole = |v, seq| Command::AppendBinlog {
+            master_version: v,
+            domain_id: 0,
+            server_id: 7,
+            first_seq: seq,
+            last_seq: seq,
+            events: vec![1],
+        };
+        s.apply(1, &batch(&[cm(0, 0, 1), whole(1, 1)]), &mut out);
+        out.clear();
+        s.apply(2, &batch(&[part(1, 2, 0, false, 10)]), &mut out);
+        out.clear();
+        assert_eq!(s.last_gtid.map(|g| g.seq_no), Some(1), "not in the log before its last part");
+        assert_eq!(s.open.map(|o| (o.gtid.seq_no, o.next_offset, o.first_instance)), Some((2, 10, 2)));
+        // Out of order, a gap in the bytes, another transaction, a whole one: all refused while it is open.
+        s.apply(
+            3,
+            &batch(&[part(1, 2, 11, false, 1), part(1, 3, 0, false, 1), whole(1, 2), part(1, 2, 0, false, 1)]),
+            &mut out,
+        );
+        let reasons: Vec<_> = out
+            .drain(..)
+            .map(|a| match a {
+                Applied::Rejected { reason, .. } => reason,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(matches!(reasons[0], RejectReason::PartOutOfOrder { expected_offset: 10, got_offset: 11, .. }));
+        assert!(matches!(reasons[1], RejectReason::GtidGap { expected: 2, got: 3 }));
+        assert!(matches!(reasons[2], RejectReason::TransactionOpen { seq: 2 }));
+        assert!(matches!(reasons[3], RejectReason::PartOutOfOrder { expected_offset: 10, got_offset: 0, .. }));
+        s.apply(4, &batch(&[part(1, 2, 10, false, 5), part(1, 2, 15, true, 3)]), &mut out);
+        assert!(matches!(out[1], Applied::BinlogPartAppended { last: true, offset: 15, .. }));
+        assert_eq!((s.last_gtid.map(|g| g.seq_no), s.transactions, s.open), (Some(2), 2, None));
+        out.clear();
+        // A master change while parts arrive: they are dropped before the new term starts, and the new master's
+        // transaction takes the same sequence number.
+        s.apply(5, &batch(&[part(1, 3, 0, false, 4)]), &mut out);
+        s.apply(6, &batch(&[cm(1, 1, 2), part(1, 3, 4, true, 1), whole(2, 3)]), &mut out);
+        assert!(matches!(out[1], Applied::PartsDropped { gtid: LastGtid { seq_no: 3, .. }, .. }), "{:?}", out[1]);
+        assert!(matches!(out[2], Applied::MasterChanged { master_version: 2, .. }));
+        assert!(matches!(out[3], Applied::Rejected { reason: RejectReason::StaleMasterVersion { .. }, .. }));
+        assert!(matches!(out[4], Applied::BinlogAppended { last_seq: 3, .. }));
+        assert_eq!((s.open, s.transactions), (None, 3));
     }
 
     #[test]
