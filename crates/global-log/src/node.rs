@@ -196,6 +196,9 @@ pub struct GlobalLogNode {
     /// This term's binlog proposals not applied yet, in proposal order: (`proposed_at_ms`, last seq_no, offset of a
     /// part or 0).
     own_appends: std::collections::VecDeque<(u64, u64, u64)>,
+    /// While a transaction's parts arrive ([`ReplicatedState::open`]), the state before the instance of its first
+    /// part: what a snapshot for another member holds then.
+    before_open: Option<ReplicatedState>,
     /// Set when this node gives up its term on its own; drained by [`Self::take_ready`].
     term_given_up: Option<String>,
     /// When this node proposed to hand its term over; it keeps its Paxos leadership until that is chosen.
@@ -224,10 +227,11 @@ impl GlobalLogNode {
             on_replayed(&Applied::Restored { instance: st.applied, last_gtid: st.last_gtid });
         }
         let mut state = snapshot.unwrap_or_else(|| ReplicatedState::new(cfg.initial_membership.clone()));
+        let mut before_open = None;
         let mut effects = Vec::new();
         let chosen = chosen.into_iter().inspect(|(i, v)| {
             if *i == state.applied + 1 {
-                state.apply(*i, v, &mut effects);
+                apply_keeping_before_open(&mut state, &mut before_open, *i, v, &mut effects);
                 for e in effects.drain(..) {
                     on_replayed(&e);
                 }
@@ -259,6 +263,7 @@ impl GlobalLogNode {
             restored: None,
             own_change_proposals: std::collections::VecDeque::new(),
             own_appends: std::collections::VecDeque::new(),
+            before_open,
             term_given_up: None,
             handing_over_since: None,
             status_replies: BTreeSet::new(),
@@ -503,13 +508,11 @@ impl GlobalLogNode {
         Ok(successor)
     }
 
-    /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from.
+    /// The state at the last applied instance, as a snapshot a lagging member can be rebuilt from — or, while a
+    /// transaction's parts arrive, the state before its first part: the member then learns the parts from the log.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            last_included: self.state.applied,
-            membership: self.state.membership.clone(),
-            data: self.state.encode_snapshot(),
-        }
+        let state = self.before_open.as_ref().unwrap_or(&self.state);
+        Snapshot { last_included: state.applied, membership: state.membership.clone(), data: state.encode_snapshot() }
     }
 
     /// Rebuilds this member from a healthy member's snapshot (after [`NodeReady::rebuild_required`]).
@@ -523,6 +526,7 @@ impl GlobalLogNode {
         self.paxos.install_snapshot(snapshot);
         self.restored = Some(Applied::Restored { instance: state.applied, last_gtid: state.last_gtid });
         self.state = state;
+        self.before_open = None;
         self.my_term = None;
         self.last_renewal_seen = self.now;
         true
@@ -590,7 +594,7 @@ impl GlobalLogNode {
                 continue; // already in the snapshot this node was rebuilt from
             }
             let first = out.applied.len();
-            self.state.apply(instance, &value, &mut out.applied);
+            apply_keeping_before_open(&mut self.state, &mut self.before_open, instance, &value, &mut out.applied);
             for i in first..out.applied.len() {
                 let effect = out.applied[i].clone();
                 self.on_applied(&effect);
@@ -892,5 +896,23 @@ fn merge_batch(acc: &mut WriteBatch, next: WriteBatch) {
     acc.chosen.extend(next.chosen);
     if next.snapshot.is_some() {
         acc.snapshot = next.snapshot;
+    }
+}
+
+/// Applies one chosen value, keeping in `before_open` the state before the first part of a transaction still open
+/// (what a snapshot for another member must hold, see [`GlobalLogNode::snapshot`]).
+fn apply_keeping_before_open(
+    state: &mut ReplicatedState,
+    before_open: &mut Option<ReplicatedState>,
+    instance: Instance,
+    value: &Value,
+    out: &mut Vec<Applied>,
+) {
+    let before = state.open.is_none().then(|| state.clone());
+    state.apply(instance, value, out);
+    if state.open.is_none() {
+        *before_open = None;
+    } else if before.is_some() {
+        *before_open = before;
     }
 }

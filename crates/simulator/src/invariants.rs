@@ -32,6 +32,8 @@ pub struct Checker {
     gtid_log: BTreeMap<u64, Vec<u8>>,
     /// Per node, the last GTID sequence number it applied.
     last_seq: BTreeMap<NodeId, u64>,
+    /// Per node, the transaction whose parts it is applying: its sequence number and the bytes so far.
+    open_parts: BTreeMap<NodeId, (u64, Vec<u8>)>,
     /// Transactions a master acknowledged to its client, by sequence number.
     acked: BTreeMap<u64, Vec<u8>>,
     /// The replicated state as first seen at each applied instance.
@@ -57,6 +59,11 @@ impl Checker {
         }
     }
 
+    /// The transaction the log holds at GTID sequence number `seq`, as first applied anywhere.
+    pub fn transaction(&self, seq: u64) -> Option<&Vec<u8>> {
+        self.gtid_log.get(&seq)
+    }
+
     pub fn acked(&self) -> &BTreeMap<u64, Vec<u8>> {
         &self.acked
     }
@@ -74,10 +81,29 @@ impl Checker {
     /// A node (re)starts or is rebuilt at `applied` with `last_gtid`: its next outputs continue from there.
     pub fn node_reset(&mut self, node: NodeId, applied: Instance, last_gtid: Option<LastGtid>) {
         self.applied.insert(node, applied);
+        // Snapshots never fall inside a transaction's parts: a restarted node applies them again from the first.
+        self.open_parts.remove(&node);
         match last_gtid {
             Some(g) => self.last_seq.insert(node, g.seq_no),
             None => self.last_seq.remove(&node),
         };
+    }
+
+    /// After a restart: the parts of a transaction still open that the node's replay applied (a restart may fall
+    /// between two parts; the replay starts before the first, as no snapshot falls inside a transaction).
+    pub fn replayed_parts(&mut self, node: NodeId, replayed: &[Applied]) {
+        for effect in replayed {
+            match effect {
+                Applied::BinlogPartAppended { gtid, last: false, bytes, .. } => {
+                    let held = self.open_parts.entry(node).or_insert_with(|| (gtid.seq_no, Vec::new()));
+                    held.1.extend_from_slice(bytes);
+                }
+                Applied::BinlogPartAppended { .. } | Applied::PartsDropped { .. } | Applied::Restored { .. } => {
+                    self.open_parts.remove(&node);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// One value per instance, never changed; each node applies a prefix of that one log.
@@ -116,7 +142,42 @@ impl Checker {
                     _ => {}
                 }
             }
+            Applied::BinlogPartAppended { gtid, offset, last, bytes, .. } => {
+                let (seq, mut held) = self.open_parts.remove(&node).unwrap_or((gtid.seq_no, Vec::new()));
+                if seq != gtid.seq_no || *offset != held.len() as u64 {
+                    return v(
+                        "a transaction's parts applied in order",
+                        format!("node {node}: part of {} at {offset} after {} bytes of {seq}", gtid.seq_no, held.len()),
+                    );
+                }
+                held.extend_from_slice(bytes);
+                if !*last {
+                    self.open_parts.insert(node, (seq, held));
+                    return Ok(());
+                }
+                // The whole transaction is in the log now: checked as one appended whole.
+                let whole = Applied::BinlogAppended {
+                    instance: 0,
+                    master_version: 0,
+                    gtid_first: *gtid,
+                    last_seq: gtid.seq_no,
+                    events: held,
+                };
+                return self.applied(at_ms, node, &whole);
+            }
+            Applied::PartsDropped { gtid, .. } => {
+                let held = self.open_parts.remove(&node);
+                if held.as_ref().is_some_and(|(seq, _)| *seq != gtid.seq_no) {
+                    return v(
+                        "parts dropped are the open ones",
+                        format!("node {node}: {gtid:?} dropped, {held:?} open"),
+                    );
+                }
+            }
             Applied::BinlogAppended { gtid_first, last_seq, events, .. } => {
+                if self.open_parts.contains_key(&node) {
+                    return v("no transaction inside another's parts", format!("node {node}: {gtid_first:?}"));
+                }
                 if let Some(prev) = self.last_seq.get(&node) {
                     if gtid_first.seq_no != prev + 1 || *last_seq < gtid_first.seq_no {
                         return v(

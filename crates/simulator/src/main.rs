@@ -104,6 +104,10 @@ fn main() -> ExitCode {
     let q = |x| report.recovery_quantile(x).unwrap_or_default();
     let ((p50, _), (p99, _), (p999, _), (max, slowest)) = (q(0.5), q(0.99), q(0.999), q(1.0));
     println!("recovery after healing: p50 {p50} ms, p99 {p99} ms, p99.9 {p999} ms, max {max} ms (seed {slowest})");
+    println!(
+        "transactions in parts: {} acknowledged, {} dropped part-way by a master change (per node applying it)",
+        t.parted_transactions, t.parts_dropped
+    );
     println!("{} seeds from {} in {secs:.1} s: {} violations", report.ran, args.start, report.failures.len());
     if report.failures.is_empty() {
         ExitCode::SUCCESS

@@ -67,6 +67,10 @@ pub struct Stats {
     pub switchovers: u64,
     /// Catch-ups served from storage (the member was behind the chosen values its peer holds in memory).
     pub storage_catch_ups: u64,
+    /// Transactions in parts whose last part reached the log, and (per node applying it) parts dropped by a master
+    /// change before their last part.
+    pub parted_transactions: u64,
+    pub parts_dropped: u64,
     /// Runs in which one member stayed down for good after the heal.
     pub lasting_outages: u64,
     pub sim_ms: u64,
@@ -88,6 +92,8 @@ impl Stats {
         self.hand_overs += o.hand_overs;
         self.switchovers += o.switchovers;
         self.storage_catch_ups += o.storage_catch_ups;
+        self.parted_transactions += o.parted_transactions;
+        self.parts_dropped += o.parts_dropped;
         self.lasting_outages += o.lasting_outages;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
@@ -227,12 +233,14 @@ impl Simulation {
         let sn = self.nodes.get_mut(&id).expect("node exists");
         let recovered = sn.store.recover().expect("MemStorage recover");
         let chosen = sn.store.chosen(recovered.first_chosen, usize::MAX, usize::MAX).expect("MemStorage read");
-        let node = GlobalLogNode::restore(cfg, recovered, chosen, now, &mut |_| {});
+        let mut replayed = Vec::new();
+        let node = GlobalLogNode::restore(cfg, recovered, chosen, now, &mut |e| replayed.push(e.clone()));
         let (applied, last_gtid) = (node.state().applied, node.state().last_gtid);
         sn.node = Some(node);
         sn.incarnation += 1;
         sn.next_seq = 0;
         self.checker.node_reset(id, applied, last_gtid);
+        self.checker.replayed_parts(id, &replayed);
         let jitter = self.rng.gen_range(0..TICK_MS);
         self.schedule(jitter, Event::Tick(id));
         self.log(|| format!("node {id} starts at applied {applied}"));
@@ -456,7 +464,21 @@ impl Simulation {
             // master's clients are gone, as MariaDB's waiting sessions are after a crash.
             let payload = format!("n{id}:i{}:v{term}:s{seq}", sn.incarnation).into_bytes();
             let server_id = (term * 100 + id) as u32;
-            if node.propose_binlog(0, server_id, seq, seq, payload).is_ok() {
+            // Every fifth transaction goes into the log in three parts, as one too large for an entry does: a
+            // master change between them must leave no part of it anywhere.
+            let proposed = if seq % 5 == 0 {
+                let mut payload = payload;
+                payload.extend_from_slice(b":a large transaction in parts");
+                let cuts = [0, payload.len() / 3, 2 * payload.len() / 3, payload.len()];
+                cuts.windows(2).enumerate().all(|(i, w)| {
+                    let last = i == 2;
+                    let bytes = payload[w[0]..w[1]].to_vec();
+                    node.propose_binlog_part(0, server_id, seq, w[0] as u64, last, bytes).is_ok()
+                })
+            } else {
+                node.propose_binlog(0, server_id, seq, seq, payload).is_ok()
+            };
+            if proposed {
                 sn.next_seq = seq + 1;
             }
             self.process_ready(id)?;
@@ -472,6 +494,24 @@ impl Simulation {
                 if events.starts_with(self.client_prefix(id).as_bytes()) =>
             {
                 self.checker.ack(self.now, gtid_first.seq_no, events)?;
+                if self.healed_at.is_some() {
+                    self.acked_after_heal = true;
+                }
+                Ok(())
+            }
+            Applied::PartsDropped { .. } => {
+                self.stats.parts_dropped += 1;
+                Ok(())
+            }
+            Applied::BinlogPartAppended { gtid, last: true, .. } => {
+                let prefix = self.client_prefix(id);
+                let Some(events) = self.checker.transaction(gtid.seq_no).filter(|e| e.starts_with(prefix.as_bytes()))
+                else {
+                    return Ok(());
+                };
+                let events = events.clone();
+                self.stats.parted_transactions += 1;
+                self.checker.ack(self.now, gtid.seq_no, &events)?;
                 if self.healed_at.is_some() {
                     self.acked_after_heal = true;
                 }
