@@ -29,6 +29,18 @@ impl AppliedSink for ServedBinlogFeed {
                     tracing::error!(instance, seq = gtid_first.seq_no, error = %e, "cannot add to the served binlog");
                 }
             }
+            Applied::BinlogPartAppended { instance, gtid, offset, last, bytes, .. } => {
+                let g = Gtid::new(gtid.domain_id, gtid.server_id, gtid.seq_no);
+                if let Err(e) = self.0.append_part(*instance, g, *offset, *last, bytes) {
+                    // As for a whole transaction: replicas stop here rather than skip it.
+                    tracing::error!(instance, %g, offset, error = %e, "cannot add a part to the served binlog");
+                }
+            }
+            Applied::PartsDropped { gtid, .. } => {
+                if let Err(e) = self.0.drop_parts() {
+                    tracing::error!(seq = gtid.seq_no, error = %e, "cannot drop the parts of an unfinished transaction");
+                }
+            }
             _ => {}
         }
     }

@@ -150,7 +150,8 @@ impl DumpStream {
                 bytes += event.len() as u64;
             }
         }
-        if self.pos > self.first_event_pos && self.pos + bytes > self.config.file_bytes_max {
+        // Never between two pieces of one transaction: a master's binlog rotates only between transactions.
+        if !trx.continues && self.pos > self.first_event_pos && self.pos + bytes > self.config.file_bytes_max {
             self.rotate(out);
         }
         if self.pos + bytes > u64::from(u32::MAX) {

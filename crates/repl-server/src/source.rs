@@ -21,6 +21,9 @@ pub struct Transaction {
     /// Raw events, CRC32 checksummed (`binlog_checksum=CRC32`, MariaDB's default). Usually slices of one buffer
     /// (the transaction as the log holds it), so serving shares the bytes instead of copying them.
     pub events: Vec<Bytes>,
+    /// A later piece of a transaction too large to serve in one (it went into the log in parts): its events
+    /// continue the previous piece's, and it has no GTID event of its own. A dump never rotates before one.
+    pub continues: bool,
 }
 
 impl Transaction {
@@ -43,7 +46,7 @@ impl Transaction {
         for (index, event) in events.iter().enumerate().skip(1) {
             paxsql_binlog::verify_checksum(event).map_err(|e| corrupt(index, e))?;
         }
-        Ok(Transaction { gtid, events })
+        Ok(Transaction { gtid, events, continues: false })
     }
 
     /// Builds a transaction from its events back to back in one buffer, which the events then share (no copy).
@@ -60,6 +63,21 @@ impl Transaction {
             rest = tail;
         }
         Transaction::from_events(events)
+    }
+
+    /// A later piece of transaction `gtid`: its events back to back in `bytes` (shared, not copied), each checked.
+    pub fn continuation(gtid: Gtid, bytes: Bytes) -> Result<Transaction> {
+        let mut events = Vec::new();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let index = events.len();
+            let corrupt = |source| Error::CorruptEvent { gtid: Some(gtid), index, source };
+            let (event, tail) = paxsql_binlog::split_event(rest).map_err(corrupt)?;
+            paxsql_binlog::verify_checksum(event).map_err(corrupt)?;
+            events.push(bytes.slice_ref(event));
+            rest = tail;
+        }
+        Ok(Transaction { gtid, events, continues: true })
     }
 
     /// Total size of its events in bytes.
@@ -334,7 +352,8 @@ mod tests {
     fn holds_finds_logged_positions_and_nothing_else() {
         let log = MemoryEventSource::new();
         for seq in 1..=50 {
-            log.append(Transaction { gtid: Gtid::new(0, 1_100_001, seq), events: Vec::new() }).unwrap();
+            log.append(Transaction { gtid: Gtid::new(0, 1_100_001, seq), events: Vec::new(), continues: false })
+                .unwrap();
         }
         let pos = |s: &str| s.parse::<GtidSet>().unwrap();
         assert!(log.holds(&pos("")));
@@ -360,8 +379,10 @@ mod tests {
         assert!(matches!(log.locate(&pos("0-1100002-4")), Err(Error::GtidPurged { .. })));
         assert!(matches!(log.locate(&pos("0-2-5")), Err(Error::ReplicaDiverged { .. })));
         assert!(matches!(log.locate(&pos("0-1100002-6")), Err(Error::GtidNotInLog { .. })));
-        assert!(log.append(Transaction { gtid: Gtid::new(0, 1_100_003, 5), events: Vec::new() }).is_err());
-        log.append(Transaction { gtid: Gtid::new(0, 1_100_003, 6), events: Vec::new() }).unwrap();
+        assert!(log
+            .append(Transaction { gtid: Gtid::new(0, 1_100_003, 5), events: Vec::new(), continues: false })
+            .is_err());
+        log.append(Transaction { gtid: Gtid::new(0, 1_100_003, 6), events: Vec::new(), continues: false }).unwrap();
         assert_eq!(log.locate(&pos("0-1100002-5")).unwrap().index, 0);
         assert_eq!(log.locate(&pos("0-1100003-6")).unwrap().index, 1);
         assert!(log.set_base(Gtid::new(0, 1, 1)).is_err(), "the base is set once, before any append");

@@ -23,6 +23,11 @@ pub enum Error {
     #[error(transparent)]
     Log(#[from] paxsql_repl_server::Error),
 
+    /// A part of a transaction that does not continue the one being received (the global log refuses such parts,
+    /// so this is a bug or a corrupt log; the part changes nothing).
+    #[error("part of {gtid} at byte {offset} does not continue {open}")]
+    PartOutOfOrder { gtid: paxsql_binlog::Gtid, offset: u64, open: String },
+
     /// A configuration value is unusable.
     #[error("invalid served-binlog configuration: {0}")]
     Config(String),

@@ -10,7 +10,9 @@
 //!
 //! The records of one append (one `AppendBinlog` command of a chosen instance; a batched instance has several) are
 //! written with one `write`, the last one flagged [`END_OF_APPEND`]; at open, whatever follows the last complete
-//! append (a torn write) is cut off and comes back from the Paxos log's replay.
+//! append (a torn write) is cut off and comes back from the Paxos log's replay. A transaction that came in parts is
+//! several records written over several instances, all but the first flagged [`CONTINUES`], the last one ending
+//! the append.
 //! A sealed segment gets an index file (`.idx`): a summary (what `open` reads, a few hundred bytes) and one entry per
 //! transaction (read only when a replica resumes or reads inside that segment).
 //! All integers are little-endian.
@@ -29,6 +31,10 @@ const INDEX_MAGIC: &[u8; 8] = b"PXSBIDX1";
 pub(crate) const RECORD_HEADER: usize = 4 + 4 + 8 + 1;
 /// Flag of the last record of one append.
 pub(crate) const END_OF_APPEND: u8 = 1;
+/// Flag of a record that continues the transaction of the record before it: a transaction that came through the
+/// log in parts is kept as several records (pieces cut at event boundaries), written as its parts arrive; only the
+/// last carries [`END_OF_APPEND`], so a transaction cut short by a crash (or dropped) is cut off at open.
+pub(crate) const CONTINUES: u8 = 2;
 /// Bytes of one index entry: offset, payload length, instance, domain, server id, seq_no.
 const ENTRY_BYTES: usize = 8 + 4 + 8 + 4 + 4 + 8;
 /// No header lists more domains than this (MariaDB's own limit on domains is far above what a cluster uses, but a

@@ -13,7 +13,9 @@ use paxsql_repl_server::{Batch, Cursor, EventSource, Transaction};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::segment::{self, decode_record, encode_record, Entry, SegmentHeader, Summary, END_OF_APPEND, RECORD_HEADER};
+use crate::segment::{
+    self, decode_record, encode_record, Entry, SegmentHeader, Summary, CONTINUES, END_OF_APPEND, RECORD_HEADER,
+};
 
 /// Sizes and retention of the served binlog.
 #[derive(Debug, Clone)]
@@ -149,6 +151,21 @@ struct Inner {
     unsynced: bool,
     /// Sealed segments whose entries are in memory, most recently used last.
     loaded: VecDeque<u64>,
+    /// The transaction whose parts are arriving, written past the active segment's end but not yet in the log.
+    open: Option<OpenParts>,
+}
+
+/// A transaction coming through the log in parts: its pieces go to disk as they arrive (memory holds at most one
+/// event cut by a part boundary), and enter the index together when the last part does.
+struct OpenParts {
+    gtid: Gtid,
+    next_offset: u64,
+    /// The start of an event a part boundary cut, waiting for the rest.
+    carry: Vec<u8>,
+    /// Where the next piece's record goes in the active segment.
+    write_at: u64,
+    /// The pieces written: (record offset, payload length, instance).
+    pieces: Vec<(u64, u32, u64)>,
 }
 
 /// Sealed segments whose entries stay loaded at once (a replica catching up reads one at a time).
@@ -217,6 +234,7 @@ impl ServedBinlog {
             disk_bytes,
             unsynced: false,
             loaded: VecDeque::new(),
+            open: None,
         };
         inner.warm_cache(cfg.cache_bytes)?;
         tracing::info!(
@@ -287,6 +305,83 @@ impl ServedBinlog {
         Ok(added)
     }
 
+    /// Adds one part of a transaction too large for one log entry (`AppendBinlogPart` applied at `instance`): bytes
+    /// `offset..` of its events, cut anywhere. Its pieces are written as they come (cut at event boundaries) and
+    /// the transaction enters the log, and replicas see it, only with the part flagged `last`. A replay of parts
+    /// already held is skipped. Returns whether the transaction is now in the log.
+    pub fn append_part(&self, instance: u64, gtid: Gtid, offset: u64, last: bool, bytes: &[u8]) -> Result<bool> {
+        let next_index = {
+            let mut inner = self.lock();
+            if inner.last.contains(&gtid) {
+                return Ok(false);
+            }
+            if offset == 0 {
+                if let Some(have) = inner.last.get(gtid.domain_id) {
+                    if have.seq_no + 1 != gtid.seq_no {
+                        return Err(paxsql_repl_server::Error::GtidOutOfOrder { have: *have, got: gtid }.into());
+                    }
+                }
+                inner.drop_parts()?;
+                let write_at = inner.active().data_end;
+                inner.open = Some(OpenParts { gtid, next_offset: 0, carry: Vec::new(), write_at, pieces: Vec::new() });
+            }
+            let out_of_order = |open: Option<&OpenParts>| Error::PartOutOfOrder {
+                gtid,
+                offset,
+                open: open.map_or("no transaction".into(), |o| format!("{} at byte {}", o.gtid, o.next_offset)),
+            };
+            match inner.open.as_ref() {
+                Some(o) if o.gtid == gtid && o.next_offset == offset => {}
+                // A part replayed after a restart that already went in before it: nothing to do.
+                Some(o) if o.gtid == gtid && offset < o.next_offset => return Ok(false),
+                other => return Err(out_of_order(other)),
+            }
+            let Some(open) = inner.open.as_mut() else { unreachable!("matched above") };
+            open.carry.extend_from_slice(bytes);
+            open.next_offset += bytes.len() as u64;
+            let whole = whole_events_len(&open.carry).map_err(|what| Error::Corrupt {
+                path: PathBuf::from(format!("transaction {gtid}")),
+                what,
+                offset: open.next_offset,
+            })?;
+            if last && whole != open.carry.len() {
+                return Err(Error::Corrupt {
+                    path: PathBuf::from(format!("transaction {gtid}")),
+                    what: "its last part ends inside an event",
+                    offset: open.next_offset,
+                });
+            }
+            if whole > 0 || last {
+                let flags = if open.pieces.is_empty() { 0 } else { CONTINUES } | if last { END_OF_APPEND } else { 0 };
+                let mut record = Vec::with_capacity(RECORD_HEADER + whole);
+                encode_record(&mut record, instance, flags, &open.carry[..whole]);
+                let at = open.write_at;
+                let active = inner.segments.back().expect("the served binlog always has an active segment");
+                active
+                    .file
+                    .write_all_at(&record, at)
+                    .map_err(|source| Error::Io { path: active.path.clone(), source })?;
+                let Some(open) = inner.open.as_mut() else { unreachable!("matched above") };
+                open.carry.drain(..whole);
+                open.pieces.push((at, whole as u32, instance));
+                open.write_at = at + record.len() as u64;
+                inner.unsynced = true;
+            }
+            if !last {
+                return Ok(false);
+            }
+            inner.close_parts(&self.cfg);
+            inner.next_index
+        };
+        self.next_tx.send_replace(next_index);
+        Ok(true)
+    }
+
+    /// The parts received of the open transaction are void (its master's term ended before its last part).
+    pub fn drop_parts(&self) -> Result<()> {
+        self.lock().drop_parts()
+    }
+
     /// At a restart from a snapshot: the Paxos log holds nothing up to `instance`, whose last transaction was
     /// `gtid`. If this log already holds that instance nothing changes (the replay that follows is skipped). If it
     /// ends before it (its tail was lost, or this node's data was replaced), the history it holds has a gap after
@@ -298,6 +393,7 @@ impl ServedBinlog {
             if inner.last_instance >= instance {
                 return Ok(());
             }
+            inner.drop_parts()?;
             // Instances after the last transaction held may carry no transaction (lease renewals): no gap then.
             let gap = gtid.is_some_and(|g| inner.last.get(g.domain_id) != Some(&g));
             if !gap {
@@ -443,6 +539,38 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Forgets the open transaction's pieces and cuts them off the segment file: no crash leaves them to be taken
+    /// for records.
+    fn drop_parts(&mut self) -> Result<()> {
+        if self.open.take().is_none() {
+            return Ok(());
+        }
+        let active = self.active();
+        active.file.set_len(active.data_end).map_err(|source| Error::Io { path: active.path.clone(), source })
+    }
+
+    /// The open transaction's last piece is written: its pieces enter the index (one entry each, all with its
+    /// GTID) and replicas may read it. The cache restarts after it: its pieces are read from disk.
+    fn close_parts(&mut self, cfg: &ServedBinlogConfig) {
+        let Some(open) = self.open.take() else { return };
+        for (offset, len, instance) in open.pieces {
+            let entry = Entry { offset, len, instance, gtid: open.gtid };
+            self.disk_bytes += entry.end() - offset;
+            self.active_mut().note(entry);
+            self.next_index += 1;
+            self.last_instance = instance;
+        }
+        self.last.set(open.gtid);
+        self.cache.clear();
+        self.cache_bytes = 0;
+        self.cache_first = self.next_index;
+        if self.active().data_end >= cfg.segment_bytes {
+            if let Err(e) = self.roll(cfg) {
+                tracing::error!(error = %e, "served binlog cannot seal its active segment");
+            }
+        }
     }
 
     fn trim_cache(&mut self, limit: usize) {
@@ -674,7 +802,12 @@ fn read_range(file: &File, path: &Path, entries: &[Entry]) -> Result<Vec<Transac
         if record.instance != e.instance || record.payload.len() != e.len as usize {
             return Err(corrupt("record differs from its index entry"));
         }
-        let t = Transaction::from_contiguous(buf.slice_ref(record.payload))?;
+        let payload = buf.slice_ref(record.payload);
+        let t = if record.flags & CONTINUES != 0 {
+            Transaction::continuation(e.gtid, payload)?
+        } else {
+            Transaction::from_contiguous(payload)?
+        };
         if t.gtid != e.gtid {
             return Err(corrupt("record's GTID differs from its index entry"));
         }
@@ -808,8 +941,6 @@ fn open_active(dir: &Path, first: u64) -> Result<Segment> {
 fn scan(path: PathBuf, file: File, header: SegmentHeader) -> Result<Segment> {
     let header_len = header.encode().len() as u64;
     let len = file.metadata().map_err(|source| Error::Io { path: path.clone(), source })?.len();
-    let mut buf = vec![0u8; len.saturating_sub(header_len) as usize];
-    segment::read_exact_at(&file, &path, &mut buf, header_len)?;
     let mut seg = Segment {
         last_instance: header.prev_instance,
         header,
@@ -822,16 +953,35 @@ fn scan(path: PathBuf, file: File, header: SegmentHeader) -> Result<Segment> {
         entries_at: 0,
         sealed_at: None,
     };
-    let mut pos = 0usize;
-    let mut pending = Vec::new();
-    while let Some(record) = decode_record(&buf[pos..]) {
-        let Ok(t) = Transaction::from_contiguous(Bytes::copy_from_slice(record.payload)) else { break };
+    // Record by record, so that memory holds one record at a time whatever the segment holds (a transaction that
+    // came in parts makes a segment far larger than `segment_bytes`).
+    let mut pos = header_len;
+    let mut pending: Vec<Entry> = Vec::new();
+    let mut head = [0u8; RECORD_HEADER];
+    while pos + RECORD_HEADER as u64 <= len {
+        if seg.file.read_exact_at(&mut head, pos).is_err() {
+            break;
+        }
+        let payload_len = u64::from(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+        if pos + RECORD_HEADER as u64 + payload_len > len {
+            break; // cut short by a crash
+        }
+        let mut buf = vec![0u8; RECORD_HEADER + payload_len as usize];
+        segment::read_exact_at(&seg.file, &seg.path, &mut buf, pos)?;
+        let Some(record) = decode_record(&buf) else { break };
+        let continues = record.flags & CONTINUES != 0;
+        let payload = Bytes::copy_from_slice(record.payload);
+        let gtid = match pending.last() {
+            Some(prev) if continues => Transaction::continuation(prev.gtid, payload).map(|t| t.gtid),
+            None if continues => break, // a continuation of nothing: not ours
+            _ => Transaction::from_contiguous(payload).map(|t| t.gtid),
+        };
+        let Ok(gtid) = gtid else { break };
         if record.instance < seg.last_instance && pending.is_empty() {
             break; // instances never shrink (a batched instance appends several times): anything else is not ours
         }
-        let offset = header_len + pos as u64;
-        pos += RECORD_HEADER + record.payload.len();
-        pending.push(Entry { offset, len: record.payload.len() as u32, instance: record.instance, gtid: t.gtid });
+        pending.push(Entry { offset: pos, len: record.payload.len() as u32, instance: record.instance, gtid });
+        pos += buf.len() as u64;
         if record.flags & END_OF_APPEND != 0 {
             for e in pending.drain(..) {
                 seg.note(e);
@@ -884,4 +1034,22 @@ impl EventSource for ServedBinlog {
             let _ = rx.wait_for(|&next| next > index).await;
         }
     }
+}
+
+/// Length of the whole events at the start of `bytes` (the rest is an event cut short, or nothing); an error names
+/// what is malformed.
+fn whole_events_len(bytes: &[u8]) -> std::result::Result<usize, &'static str> {
+    const HEADER: usize = 19;
+    let mut at = 0usize;
+    while let Some(header) = bytes.get(at..at + HEADER) {
+        let size = u32::from_le_bytes([header[9], header[10], header[11], header[12]]) as usize;
+        if size < HEADER {
+            return Err("an event shorter than its header");
+        }
+        if bytes.len() - at < size {
+            break;
+        }
+        at += size;
+    }
+    Ok(at)
 }
