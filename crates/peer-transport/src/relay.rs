@@ -30,8 +30,8 @@ use crate::auth::ClusterAuth;
 use crate::identity::PeerIdentity;
 use crate::{pb, TransportConfig, TransportError};
 
-/// The TLS application protocol (ALPN) of a relay on the peer port; gRPC negotiates `h2`.
-pub const RELAY_ALPN: &[u8] = b"paxsql-relay/1";
+pub use crate::tls::RELAY_ALPN;
+
 /// What a relay sends first. Its length is that of the HTTP/2 preface's first word and space (`PRI * HT`), which is
 /// what a plaintext peer port reads before it decides.
 pub(crate) const MAGIC: [u8; 8] = *b"PXRELAY1";

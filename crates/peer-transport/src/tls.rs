@@ -1,5 +1,5 @@
 //! rustls configurations of the peer port, built here rather than by tonic because the port carries two
-//! protocols told apart by ALPN: gRPC (`h2`) and the relay ([`crate::relay::RELAY_ALPN`]).
+//! protocols told apart by ALPN: gRPC (`h2`) and the relay ([`RELAY_ALPN`]).
 
 use std::sync::Arc;
 
@@ -8,6 +8,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::TlsMaterial;
 use crate::{TlsConfig, TransportError};
+
+/// The TLS application protocol (ALPN) of a relay on the peer port; gRPC negotiates `h2`. Here, with the
+/// configurations that offer it, so that this module needs nothing from the relay built on it.
+pub const RELAY_ALPN: &[u8] = b"paxsql-relay/1";
 
 fn invalid(field: &'static str, reason: impl std::fmt::Display) -> TransportError {
     TransportError::InvalidConfig { field, reason: reason.to_string() }
@@ -56,7 +60,7 @@ pub(crate) fn server_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls
         .map_err(|e| {
             invalid("tls.key", format!("{} does not fit {}: {e}", files.key.display(), files.cert.display()))
         })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), crate::relay::RELAY_ALPN.to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), RELAY_ALPN.to_vec()];
     Ok(config)
 }
 
