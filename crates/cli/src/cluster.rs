@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,7 +20,8 @@ use paxsql_peer_transport::TlsConfig;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::pki::{client_holder, ClusterPki};
+use crate::pki::ClusterPki;
+use crate::secret_file::write_secret;
 
 pub(crate) mod hosts;
 pub(crate) mod membership;
@@ -248,25 +249,6 @@ fn random_secret(len: usize) -> String {
         .collect()
 }
 
-/// Writes a secret file created with mode 0600 from the start: no moment at which another user could read it.
-pub(crate) fn write_secret(path: &Path, value: &str) -> anyhow::Result<()> {
-    // A file left by an interrupted `cluster up` is replaced, never reopened with whatever mode it had.
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("cannot replace {}", path.display()))
-        }
-        _ => {}
-    }
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    writeln!(f, "{value}")?;
-    Ok(())
-}
-
 /// Who mariadbd runs as: root for a local cluster (whoever runs `cluster up`), `mysql` on a host (`paxsql init`).
 fn my_cnf(n: &NodeLayout, run_as: &str) -> String {
     let d = n.dir.display();
@@ -327,76 +309,105 @@ fn my_cnf(n: &NodeLayout, run_as: &str) -> String {
     )
 }
 
-fn node_toml(
-    n: &NodeLayout,
-    all: &[NodeLayout],
-    peers: &[NodeLayout],
-    dir: &Path,
-    cluster_id: &str,
-    tls: Option<&TlsConfig>,
-    client_tls: Option<(&TlsConfig, bool)>,
-) -> String {
-    let d = n.dir.display();
-    let s = dir.join("secrets");
-    let mut out = format!(
-        "# Written by paxsql (`cluster up`, `init`).\n\
-         node_id = {id}\n\
-         cluster_id = \"{cluster_id}\"\n\
-         cluster_secret_file = \"{s}/cluster.secret\"\n\
-         data_dir = \"{d}/node\"\n\
-         \n[listen]\n\
-         peer = \"{host}:{peer}\"\n\
-         replication = \"{host}:{repl}\"\n\
-         proxy_rw = \"{host}:{prw}\"\n\
-         proxy_ro = \"{host}:{pro}\"\n\
-         admin = \"{host}:{admin}\"\n\
-         metrics = \"{host}:{metrics}\"\n\
-         \n[mariadb]\n\
-         port = {port}\n\
-         socket = \"{d}/run/mysqld.sock\"\n\
-         datadir = \"{d}/data\"\n\
-         defaults_file = \"{d}/my.cnf\"\n\
-         replication_password_file = \"{s}/replication.password\"\n\
-         admin_password_file = \"{s}/admin.password\"\n\
-         error_log = \"{d}/log/mariadbd.err\"\n\
-         \n[admin]\n\
-         user = \"paxsql\"\n\
-         password_file = \"{s}/admin_sql.password\"\n",
-        id = n.id,
-        host = n.host,
-        s = s.display(),
-        peer = n.peer_port,
-        repl = n.replication_port,
-        prw = n.proxy_rw_port,
-        pro = n.proxy_ro_port,
-        admin = n.admin_port,
-        metrics = n.admin_port + 3,
-        port = n.mariadb_port,
-    );
-    if let Some(tls) = tls {
-        out += &format!(
-            "\n[tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
-            tls.cert.display(),
-            tls.key.display(),
-            tls.ca.display()
-        );
+/// A node's own files, my.cnf for its mariadbd and node.toml for the node, as they read wherever they are written:
+/// into the node's directory of a local cluster (`cluster up`, `add-node`) or into a host's bundle (`paxsql init`).
+/// Certificates are not among them: a local node names the cluster's `tls/`, a host carries copies in its bundle.
+struct NodeFiles<'a> {
+    node: &'a NodeLayout,
+    /// Who mariadbd runs as (see [`my_cnf`]).
+    run_as: &'a str,
+    /// The initial members, named by every node's config whoever joined or left since.
+    members: &'a [NodeLayout],
+    /// Nodes reached by address only (who votes is in the log).
+    peers: &'a [NodeLayout],
+    /// Where `secrets/` is, as the node reads it: the cluster's directory, or the host's root.
+    secrets_in: &'a Path,
+    cluster_id: &'a str,
+    /// The member certificate and the client ports' certificate ([`ClusterPki::node`]); none without TLS.
+    certificates: Option<(TlsConfig, TlsConfig)>,
+    client_tls_required: bool,
+}
+
+impl NodeFiles<'_> {
+    /// Both files into `to`.
+    fn write(&self, to: &Path) -> anyhow::Result<()> {
+        self.write_my_cnf(to)?;
+        self.write_node_toml(to)
     }
-    if let Some((tls, require)) = client_tls {
-        out += &format!(
-            "\n[client_tls]\ncert = \"{}\"\nkey = \"{}\"\nrequire = {require}\n",
-            tls.cert.display(),
-            tls.key.display()
-        );
+
+    fn write_my_cnf(&self, to: &Path) -> anyhow::Result<()> {
+        fs::write(to.join("my.cnf"), my_cnf(self.node, self.run_as))?;
+        Ok(())
     }
-    for (table, list) in [("members", all), ("peers", peers)] {
-        for m in list {
+
+    fn write_node_toml(&self, to: &Path) -> anyhow::Result<()> {
+        fs::write(to.join("node.toml"), self.node_toml())?;
+        Ok(())
+    }
+
+    fn node_toml(&self) -> String {
+        let (n, cluster_id) = (self.node, self.cluster_id);
+        let d = n.dir.display();
+        let s = self.secrets_in.join("secrets");
+        let mut out = format!(
+            "# Written by paxsql (`cluster up`, `init`).\n\
+             node_id = {id}\n\
+             cluster_id = \"{cluster_id}\"\n\
+             cluster_secret_file = \"{s}/cluster.secret\"\n\
+             data_dir = \"{d}/node\"\n\
+             \n[listen]\n\
+             peer = \"{host}:{peer}\"\n\
+             replication = \"{host}:{repl}\"\n\
+             proxy_rw = \"{host}:{prw}\"\n\
+             proxy_ro = \"{host}:{pro}\"\n\
+             admin = \"{host}:{admin}\"\n\
+             metrics = \"{host}:{metrics}\"\n\
+             \n[mariadb]\n\
+             port = {port}\n\
+             socket = \"{d}/run/mysqld.sock\"\n\
+             datadir = \"{d}/data\"\n\
+             defaults_file = \"{d}/my.cnf\"\n\
+             replication_password_file = \"{s}/replication.password\"\n\
+             admin_password_file = \"{s}/admin.password\"\n\
+             error_log = \"{d}/log/mariadbd.err\"\n\
+             \n[admin]\n\
+             user = \"paxsql\"\n\
+             password_file = \"{s}/admin_sql.password\"\n",
+            id = n.id,
+            host = n.host,
+            s = s.display(),
+            peer = n.peer_port,
+            repl = n.replication_port,
+            prw = n.proxy_rw_port,
+            pro = n.proxy_ro_port,
+            admin = n.admin_port,
+            metrics = n.admin_port + 3,
+            port = n.mariadb_port,
+        );
+        if let Some((member, clients)) = &self.certificates {
             out += &format!(
-                "\n[[{table}]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
-                m.id, m.host, m.peer_port, m.host, m.mariadb_port
+                "\n[tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+                member.cert.display(),
+                member.key.display(),
+                member.ca.display()
+            );
+            out += &format!(
+                "\n[client_tls]\ncert = \"{}\"\nkey = \"{}\"\nrequire = {}\n",
+                clients.cert.display(),
+                clients.key.display(),
+                self.client_tls_required
             );
         }
+        for (table, list) in [("members", self.members), ("peers", self.peers)] {
+            for m in list {
+                out += &format!(
+                    "\n[[{table}]]\nid = {}\npeer = \"{}:{}\"\nmariadb = \"{}:{}\"\n",
+                    m.id, m.host, m.peer_port, m.host, m.mariadb_port
+                );
+            }
+        }
+        out
     }
-    out
 }
 
 /// Runs `sql` as root over node `n`'s unix socket. The SQL (it may carry passwords) goes through stdin and the
@@ -580,15 +591,20 @@ fn up(
     for n in &nodes {
         eprintln!("initialising node {} (mariadbd on {}:{})", n.id, n.host, n.mariadb_port);
         fs::DirBuilder::new().recursive(true).mode(0o700).create(&n.dir)?;
-        fs::write(n.dir.join("my.cnf"), my_cnf(n, "root"))?;
+        let files = NodeFiles {
+            node: n,
+            run_as: "root",
+            members: &nodes,
+            peers: &[],
+            secrets_in: &dir,
+            cluster_id: &cluster_id,
+            certificates: pki.as_ref().map(|p| p.node(n.id)),
+            client_tls_required: file.client_tls_required,
+        };
+        // The database is initialised with my.cnf (mariadb-install-db, then mariadbd, read it).
+        files.write_my_cnf(&n.dir)?;
         init_mariadb(n, &admin_pw, &repl_pw, &app_pw, &file.app_database)?;
-        let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{}", n.id)));
-        let client_tls = pki.as_ref().map(|p| p.tls(&client_holder(n.id)));
-        let client_tls = client_tls.as_ref().map(|t| (t, file.client_tls_required));
-        fs::write(
-            n.dir.join("node.toml"),
-            node_toml(n, &nodes, &[], &dir, &cluster_id, node_tls.as_ref(), client_tls),
-        )?;
+        files.write_node_toml(&n.dir)?;
     }
     for n in &nodes {
         let pid = spawn_node(n)?;

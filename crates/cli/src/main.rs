@@ -3,6 +3,7 @@
 mod cluster;
 mod member;
 mod pki;
+mod secret_file;
 mod status;
 mod switchover;
 mod watch;

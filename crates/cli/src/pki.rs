@@ -15,7 +15,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose,
 };
 
-use crate::cluster::write_secret;
+use crate::secret_file::write_secret;
 
 /// Years a member or operator certificate stays valid; the CA lives twice as long.
 const LEAF_YEARS: i32 = 5;
@@ -41,6 +41,11 @@ impl ClusterPki {
             key: self.dir.join(format!("{holder}.key")),
             ca: self.ca(),
         }
+    }
+
+    /// Node `id`'s member certificate and its client ports' certificate.
+    pub fn node(&self, id: u64) -> (TlsConfig, TlsConfig) {
+        (self.tls(&member_holder(id)), self.tls(&client_holder(id)))
     }
 
     /// Creates the CA and the certificates of `members` (`(id, address the node listens on)`) and of the operator.
@@ -69,7 +74,7 @@ impl ClusterPki {
     }
 
     fn issue_member(&self, ca: &Issuer<'_, KeyPair>, id: u64, address: &str) -> anyhow::Result<()> {
-        self.issue(ca, &format!("node-{id}"), vec![member_name(id), address.to_string(), "localhost".into()])?;
+        self.issue(ca, &member_holder(id), vec![member_name(id), address.to_string(), "localhost".into()])?;
         self.issue(ca, &client_holder(id), vec![address.to_string(), "localhost".into()])
     }
 
@@ -110,6 +115,11 @@ fn validity(params: &mut CertificateParams, years: i32) -> anyhow::Result<()> {
     params.not_before = rcgen::date_time_ymd(this_year - 1, 1, 1);
     params.not_after = rcgen::date_time_ymd(this_year + years, 1, 1);
     Ok(())
+}
+
+/// The holder name of node `id`'s member certificate.
+fn member_holder(id: u64) -> String {
+    format!("node-{id}")
 }
 
 /// The holder name of node `id`'s client-port certificate.

@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use paxsql_peer_transport::TlsConfig;
 
-use super::{init_mariadb, my_cnf, node_toml, random_secret, write_secret, NodeLayout};
-use crate::pki::{client_holder, ClusterPki};
+use super::{init_mariadb, random_secret, NodeFiles, NodeLayout};
+use crate::pki::ClusterPki;
+use crate::secret_file::write_secret;
 
 /// Where a host's bundle is installed unless `--in-place`.
 pub const HOST_ROOT: &str = "/var/lib/paxsql";
@@ -220,34 +221,29 @@ fn write_bundle(out: &Path, record: &OperatorRecord, id: u64) -> anyhow::Result<
         write_secret(&bundle.join("secrets").join(name), value.trim_end())?;
     }
     // The host's own certificates only (never the CA key), named as the config names them.
-    let installed = |holder: &str| {
-        let t = pki.tls(holder);
-        let at = |p: &Path| n.dir.join("tls").join(p.file_name().unwrap_or_default());
-        TlsConfig { cert: at(&t.cert), key: at(&t.key), ca: at(&t.ca) }
-    };
-    for holder in [format!("node-{id}"), client_holder(id)] {
-        let from = pki.tls(&holder);
+    let (member, clients) = pki.node(id);
+    for from in [&member, &clients] {
         fs::copy(&from.cert, bundle.join("tls").join(from.cert.file_name().unwrap_or_default()))?;
         let key = fs::read_to_string(&from.key)?;
         write_secret(&bundle.join("tls").join(from.key.file_name().unwrap_or_default()), key.trim_end())?;
         fs::remove_file(&from.key)?;
     }
     fs::copy(pki.ca(), bundle.join("tls/ca.pem"))?;
-    let node_tls = installed(&format!("node-{id}"));
-    let client_tls = installed(&client_holder(id));
-    fs::write(bundle.join("my.cnf"), my_cnf(&n, &record.run_as))?;
-    fs::write(
-        bundle.join("node.toml"),
-        node_toml(
-            &n,
-            &initial,
-            &added,
-            &n.dir,
-            &record.cluster_id,
-            Some(&node_tls),
-            Some((&client_tls, record.require_tls)),
-        ),
-    )?;
+    let installed = |t: &TlsConfig| {
+        let at = |p: &Path| n.dir.join("tls").join(p.file_name().unwrap_or_default());
+        TlsConfig { cert: at(&t.cert), key: at(&t.key), ca: at(&t.ca) }
+    };
+    NodeFiles {
+        node: &n,
+        run_as: &record.run_as,
+        members: &initial,
+        peers: &added,
+        secrets_in: &n.dir,
+        cluster_id: &record.cluster_id,
+        certificates: Some((installed(&member), installed(&clients))),
+        client_tls_required: record.require_tls,
+    }
+    .write(&bundle)?;
     // A new cluster's first host initialises its database; every other host is provisioned with a copy.
     if id == 1 && record.added.is_empty() {
         fs::write(

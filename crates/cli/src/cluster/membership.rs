@@ -7,9 +7,9 @@ use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
-use super::{admin_address, load, my_cnf, node_toml, spawn_node, stop_node, ClusterFile, NodeLayout};
+use super::{admin_address, load, spawn_node, stop_node, ClusterFile, NodeFiles, NodeLayout};
 use crate::member::{self, Admin, NewMember, Patience};
-use crate::pki::{client_holder, ClusterPki};
+use crate::pki::ClusterPki;
 
 pub fn add_node(dir: &Path, patience: &Patience) -> anyhow::Result<()> {
     let mut file = load(dir)?;
@@ -71,22 +71,25 @@ fn prepare_node(dir: &Path, file: &mut ClusterFile) -> anyhow::Result<NewMember>
     for sub in ["run", "log", "tmp", "node"] {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(n.dir.join(sub))?;
     }
-    fs::write(n.dir.join("my.cnf"), my_cnf(&n, "root"))?;
     let pki = file.tls.then(|| ClusterPki::at(&dir.join("tls")));
     if let Some(pki) = &pki {
         pki.add_member(&file.cluster_id, id, &n.host)?;
     }
-    let node_tls = pki.as_ref().map(|p| p.tls(&format!("node-{id}")));
-    let client_tls = pki.as_ref().map(|p| p.tls(&client_holder(id)));
-    let client_tls = client_tls.as_ref().map(|t| (t, file.client_tls_required));
     // Every node that is no initial member, itself included, by address only: who votes is in the log.
     let mut peers: Vec<NodeLayout> =
         file.nodes.iter().filter(|m| !initial.iter().any(|i| i.id == m.id)).cloned().collect();
     peers.push(n.clone());
-    fs::write(
-        n.dir.join("node.toml"),
-        node_toml(&n, &initial, &peers, dir, &file.cluster_id, node_tls.as_ref(), client_tls),
-    )?;
+    NodeFiles {
+        node: &n,
+        run_as: "root",
+        members: &initial,
+        peers: &peers,
+        secrets_in: dir,
+        cluster_id: &file.cluster_id,
+        certificates: pki.as_ref().map(|p| p.node(id)),
+        client_tls_required: file.client_tls_required,
+    }
+    .write(&n.dir)?;
     // Recorded before it starts: `cluster down` stops it whatever happens next.
     file.initial_nodes = initial;
     file.last_id = id;
