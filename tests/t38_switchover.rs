@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{paxsql, Cluster};
+use common::{operator_args, paxsql, Cluster};
 use paxsql_client::{Client, Error};
 
 #[derive(Debug, Clone)]
@@ -56,19 +56,9 @@ fn switchover_any_cluster(c: &Cluster, args: &[&str]) -> (bool, serde_json::Valu
     let st = c.status();
     let peers: Vec<String> =
         (0..3).filter_map(|i| st["nodes"][i]["endpoints"]["peer"].as_str().map(String::from)).collect();
-    let d = c.dir.path();
     let mut cmd = Command::new(paxsql());
-    cmd.args(["switchover", "--json", "--peers", &peers.join(",")])
-        .args(["--cluster-id", st["cluster_id"].as_str().expect("cluster id")])
-        .arg("--secret-file")
-        .arg(d.join("secrets/cluster.secret"))
-        .arg("--tls-ca")
-        .arg(d.join("tls/ca.pem"))
-        .arg("--tls-cert")
-        .arg(d.join("tls/operator.pem"))
-        .arg("--tls-key")
-        .arg(d.join("tls/operator.key"))
-        .args(args);
+    cmd.args(["switchover", "--json"]);
+    operator_args(&mut cmd, &peers, st["cluster_id"].as_str().expect("cluster id"), c.dir.path()).args(args);
     run_switchover(cmd)
 }
 

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{alive, kill9, paxsql, read_pid};
+use common::{alive, kill9, operator_args, paxsql, read_pid};
 
 /// Three hosts for the cluster, a fourth added later.
 const HOSTS: [&str; 4] = ["10.231.0.1", "10.231.0.2", "10.231.0.3", "10.231.0.4"];
@@ -122,19 +122,16 @@ impl Hosts {
         let about: serde_json::Value =
             serde_json::from_slice(&std::fs::read(self.operator("cluster.json")).expect("operator/cluster.json"))
                 .expect("json");
-        let peers: Vec<&str> = about["peers"].as_array().expect("peers").iter().filter_map(|p| p.as_str()).collect();
+        let peers: Vec<String> =
+            about["peers"].as_array().expect("peers").iter().filter_map(|p| p.as_str()).map(String::from).collect();
         let mut cmd = self.in_ns(from, paxsql());
-        cmd.args(command)
-            .args(["--peers", &peers.join(","), "--cluster-id"])
-            .arg(about["cluster_id"].as_str().expect("cluster id"))
-            .arg("--secret-file")
-            .arg(self.operator("secrets/cluster.secret"))
-            .arg("--tls-ca")
-            .arg(self.operator("tls/ca.pem"))
-            .arg("--tls-cert")
-            .arg(self.operator("tls/operator.pem"))
-            .arg("--tls-key")
-            .arg(self.operator("tls/operator.key"));
+        cmd.args(command);
+        operator_args(
+            &mut cmd,
+            &peers,
+            about["cluster_id"].as_str().expect("cluster id"),
+            &self.dir.path().join("operator"),
+        );
         cmd
     }
 
@@ -276,7 +273,7 @@ fn three_hosts_run_from_the_generated_files() {
     assert_eq!(m, 1, "only the first host has a database at the start");
     for n in 2..=3 {
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !h.status()["nodes"][n - 1]["details"]["database"].as_str().is_some_and(|d| d == "replica") {
+        while h.status()["nodes"][n - 1]["details"]["database"].as_str().is_none_or(|d| d != "replica") {
             assert!(Instant::now() < deadline, "host {n} never became a replica\n{}", h.logs());
             std::thread::sleep(Duration::from_millis(500));
         }

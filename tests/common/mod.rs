@@ -13,6 +13,21 @@ pub fn paxsql() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_paxsql"))
 }
 
+/// Adds what an operator's tool (`paxsql status|switchover|member …`) needs to reach a cluster on its own: every
+/// peer port, the cluster id, the cluster secret and the operator's certificate, from `dir` — a local cluster's
+/// directory and the `operator/` of `paxsql init` hold them under the same names.
+pub fn operator_args<'c>(cmd: &'c mut Command, peers: &[String], cluster_id: &str, dir: &Path) -> &'c mut Command {
+    cmd.args(["--peers", &peers.join(","), "--cluster-id", cluster_id])
+        .arg("--secret-file")
+        .arg(dir.join("secrets/cluster.secret"))
+        .arg("--tls-ca")
+        .arg(dir.join("tls/ca.pem"))
+        .arg("--tls-cert")
+        .arg(dir.join("tls/operator.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("tls/operator.key"))
+}
+
 /// A running local cluster; `Drop` runs `paxsql cluster down` (and deletes its network namespace, if any).
 pub struct Cluster {
     pub dir: tempfile::TempDir,
