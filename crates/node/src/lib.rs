@@ -7,6 +7,7 @@
 //! [`switchover`] moves the master role to another member on an operator's request. [`dir_lock`] keeps a second
 //! node process off a data directory.
 
+mod admin_service;
 mod capture;
 pub mod config;
 pub mod context;
@@ -16,7 +17,10 @@ pub mod driver;
 pub mod feed;
 pub mod mariadb;
 pub mod membership;
+mod proxy_feeds;
 pub mod rebuild;
 pub mod roles;
 pub mod runtime;
+mod startup;
+mod status;
 pub mod switchover;
