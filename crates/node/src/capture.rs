@@ -17,6 +17,12 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use crate::context::RoleContext;
 use crate::driver::{send_input, Input};
 
+/// Bytes of one part of a transaction too large for one log entry (an entry carries at least 16 MiB less a margin,
+/// see `NodeConfig::peer_message_bytes`); smaller parts keep the master's memory for one transaction small.
+const PART_BYTES: usize = 4 << 20;
+/// Parts proposed and not yet applied, at most: the capture reads on only as the log takes them.
+const PARTS_IN_FLIGHT: u64 = 4;
+
 /// The master's write path: local binlog → global log → ACK.
 pub(crate) async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {
     let span = tracing::info_span!("capture", node = ctx.node_id, master_version = term);
@@ -60,41 +66,54 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     let proposed: Arc<Mutex<VecDeque<(u64, Instant)>>> = Arc::default();
     let applied_seq = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (ack_proposed, ack_applied_seq) = (proposed.clone(), applied_seq.clone());
+    // Parts of large transactions applied for this term, against those proposed: the capture keeps at most
+    // `PARTS_IN_FLIGHT` ahead, so a transaction of any size costs the master a few parts of memory.
+    let parts_applied = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let part_applied = Arc::new(tokio::sync::Notify::new());
+    let (ack_parts_applied, ack_part_applied) = (parts_applied.clone(), part_applied.clone());
     let mut acker = tokio::spawn(async move {
         loop {
-            match applied.recv().await {
-                Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if master_version == term => {
-                    let seen = Instant::now();
-                    ack_applied_seq.fetch_max(last_seq, std::sync::atomic::Ordering::Relaxed);
-                    if let Ok(mut p) = ack_proposed.lock() {
-                        while let Some((_, at)) = p.front().filter(|(seq, _)| *seq <= last_seq).copied() {
-                            p.pop_front();
-                            metrics.record_write_hop(WriteHop::Choose, seen.duration_since(at));
-                        }
-                    }
-                    let (mut last, mut oldest, mut count) = (None, None, 0u64);
-                    if let Ok(mut p) = ack_pending.lock() {
-                        while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
-                            last = p.pop_front();
-                            oldest = oldest.or(last.as_ref().map(|l| l.3));
-                            count += 1;
-                        }
-                    }
-                    if let Some((_, file, pos, _)) = last {
-                        if let Err(e) = acks.ack(&file, pos) {
-                            return format!("the ACK could not be sent to mariadbd: {e}");
-                        }
-                        metrics.record_capture_ack(count, oldest.map(|t| t.elapsed()).unwrap_or_default());
-                        metrics.record_write_hop(WriteHop::Ack, seen.elapsed());
-                    }
+            // A part of this term's transaction: one fewer in flight; its last one is the transaction's ACK.
+            let last_seq = match &applied.recv().await {
+                Ok(Applied::BinlogPartAppended { master_version, gtid, last, .. }) if *master_version == term => {
+                    ack_parts_applied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ack_part_applied.notify_one();
+                    last.then_some(gtid.seq_no)
                 }
-                Ok(_) => {}
+                Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if *master_version == term => {
+                    Some(*last_seq)
+                }
+                Ok(_) => None,
                 // Missed effects may hold this term's appends: their commits would wait forever while the master
                 // keeps its lease. The capture ends instead, and the node hands its term over.
                 Err(broadcast::error::RecvError::Lagged(n)) => {
                     return format!("it fell behind the applied log by {n} effects");
                 }
                 Err(broadcast::error::RecvError::Closed) => return "the applied log closed".to_string(),
+            };
+            let Some(last_seq) = last_seq else { continue };
+            let seen = Instant::now();
+            ack_applied_seq.fetch_max(last_seq, std::sync::atomic::Ordering::Relaxed);
+            if let Ok(mut p) = ack_proposed.lock() {
+                while let Some((_, at)) = p.front().filter(|(seq, _)| *seq <= last_seq).copied() {
+                    p.pop_front();
+                    metrics.record_write_hop(WriteHop::Choose, seen.duration_since(at));
+                }
+            }
+            let (mut last, mut oldest, mut count) = (None, None, 0u64);
+            if let Ok(mut p) = ack_pending.lock() {
+                while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
+                    last = p.pop_front();
+                    oldest = oldest.or(last.as_ref().map(|l| l.3));
+                    count += 1;
+                }
+            }
+            if let Some((_, file, pos, _)) = last {
+                if let Err(e) = acks.ack(&file, pos) {
+                    return format!("the ACK could not be sent to mariadbd: {e}");
+                }
+                metrics.record_capture_ack(count, oldest.map(|t| t.elapsed()).unwrap_or_default());
+                metrics.record_write_hop(WriteHop::Ack, seen.elapsed());
             }
         }
     });
@@ -129,6 +148,9 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         }
     });
     let mut assembler = TransactionAssembler::new();
+    // The transaction going on in parts (its seq_no) and the bytes proposed of it so far.
+    let mut parted: Option<(u64, u64)> = None;
+    let mut parts_proposed = 0u64;
     let result = loop {
         // `next_event` is only ever cancelled when the capture ends, so no half-read packet is left behind.
         let event = tokio::select! {
@@ -142,32 +164,92 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
                 Err(e) => break Err(CaptureError::Client(e)),
             },
         };
-        let trx = match assembler.push(&event) {
-            Ok(Some(t)) => t,
-            Ok(None) => continue,
+        let (gtid, events, last) = match assembler.push(&event) {
+            Ok(Some(trx)) => {
+                if let Ok(mut p) = pending.lock() {
+                    p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, Instant::now()));
+                }
+                (trx.gtid, trx.events, true)
+            }
+            // A transaction too large for one log entry goes on in parts while it is read.
+            Ok(None) => match assembler.take_open_events(PART_BYTES) {
+                Some((gtid, events)) => (gtid, events, false),
+                None => continue,
+            },
             Err(e) => break Err(CaptureError::Client(e)),
         };
         let captured = Instant::now();
-        if let Ok(mut p) = pending.lock() {
-            p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, captured));
+        let whole = last && parted.is_none_or(|(seq, _)| seq != gtid.seq_no) && events.len() <= PART_BYTES;
+        let mut proposals = Vec::new();
+        if whole {
+            let (reply, answer) = oneshot::channel();
+            let input = Input::ProposeBinlog {
+                domain_id: gtid.domain_id,
+                server_id: gtid.server_id,
+                first_seq: gtid.seq_no,
+                last_seq: gtid.seq_no,
+                events,
+                reply,
+            };
+            proposals.push((input, answer));
+        } else {
+            let mut offset = parted.filter(|(seq, _)| *seq == gtid.seq_no).map_or(0, |(_, o)| o);
+            if offset == 0 {
+                tracing::info!(%gtid, "a transaction larger than one part ({PART_BYTES} bytes) goes into the global log in parts");
+            }
+            let n = events.len().div_ceil(PART_BYTES).max(1);
+            for (i, chunk) in events.chunks(PART_BYTES).chain(events.is_empty().then_some(&[][..])).enumerate() {
+                let (reply, answer) = oneshot::channel();
+                let input = Input::ProposeBinlogPart {
+                    domain_id: gtid.domain_id,
+                    server_id: gtid.server_id,
+                    seq: gtid.seq_no,
+                    offset,
+                    last: last && i + 1 == n,
+                    bytes: chunk.to_vec(),
+                    reply,
+                };
+                offset += chunk.len() as u64;
+                proposals.push((input, answer));
+            }
+            parted = (!last).then_some((gtid.seq_no, offset));
         }
-        let (reply, answer) = oneshot::channel();
-        let input = Input::ProposeBinlog {
-            domain_id: trx.gtid.domain_id,
-            server_id: trx.gtid.server_id,
-            first_seq: trx.gtid.seq_no,
-            last_seq: trx.gtid.seq_no,
-            events: trx.events,
-            reply,
-        };
-        if send_input(&ctx.inbox, input).await.is_err() {
-            break Err(CaptureError::DriverGone);
-        }
-        let inboxed = Instant::now();
-        ctx.metrics.record_write_hop(WriteHop::Inbox, inboxed.duration_since(captured));
-        if answer_tx.send((trx.gtid, answer, inboxed)).is_err() {
+        let mut stopped = None;
+        for (input, answer) in proposals {
+            if matches!(input, Input::ProposeBinlogPart { .. }) {
+                // At most PARTS_IN_FLIGHT parts proposed and not yet applied.
+                while parts_proposed >= parts_applied.load(std::sync::atomic::Ordering::Relaxed) + PARTS_IN_FLIGHT {
+                    tokio::select! {
+                        biased;
+                        failure = &mut refused => {
+                            stopped = Some(Err(failure.unwrap_or(CaptureError::DriverGone)));
+                            break;
+                        }
+                        ended = &mut acker => {
+                            let why = ended.unwrap_or_else(|e| format!("it panicked: {e}"));
+                            stopped = Some(Err(CaptureError::AckerStopped(why)));
+                            break;
+                        }
+                        _ = part_applied.notified() => {}
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                    }
+                }
+                if stopped.is_some() {
+                    break;
+                }
+                parts_proposed += 1;
+            }
+            if send_input(&ctx.inbox, input).await.is_err() {
+                stopped = Some(Err(CaptureError::DriverGone));
+                break;
+            }
+            let inboxed = Instant::now();
+            ctx.metrics.record_write_hop(WriteHop::Inbox, inboxed.duration_since(captured));
             // The checker only stops after sending a failure; the next turn of the loop picks it up.
-            continue;
+            let _ = answer_tx.send((gtid, answer, inboxed));
+        }
+        if let Some(result) = stopped {
+            break result;
         }
     };
     answer_checker.abort();

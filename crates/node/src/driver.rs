@@ -45,6 +45,16 @@ pub enum Input {
         events: Vec<u8>,
         reply: oneshot::Sender<Result<(), GlobalLogError>>,
     },
+    /// One part of a transaction too large for one log entry ([`GlobalLogNode::propose_binlog_part`]).
+    ProposeBinlogPart {
+        domain_id: u32,
+        server_id: u32,
+        seq: u64,
+        offset: u64,
+        last: bool,
+        bytes: Vec<u8>,
+        reply: oneshot::Sender<Result<(), GlobalLogError>>,
+    },
     ChangeMembership {
         next: Membership,
         reply: oneshot::Sender<Result<(), GlobalLogError>>,
@@ -280,6 +290,10 @@ impl Driver {
             Input::ProposeBinlog { domain_id, server_id, first_seq, last_seq, events, reply } => {
                 self.node.tick(now);
                 let _ = reply.send(self.node.propose_binlog(domain_id, server_id, first_seq, last_seq, events));
+            }
+            Input::ProposeBinlogPart { domain_id, server_id, seq, offset, last, bytes, reply } => {
+                self.node.tick(now);
+                let _ = reply.send(self.node.propose_binlog_part(domain_id, server_id, seq, offset, last, bytes));
             }
             Input::ChangeMembership { next, reply } => {
                 self.node.tick(now);

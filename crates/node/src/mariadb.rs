@@ -40,24 +40,20 @@ pub struct LocalMariaDb {
     cfg: MariaDbConfig,
     defaults_file: PathBuf,
     admin_password: String,
-    /// The largest binlog transaction one log entry carries ([`binlog_cache_limit`] sets MariaDB's own limit below it).
-    log_entry_bytes: usize,
     child: Option<Child>,
 }
 
-/// MariaDB's `max_binlog_cache_size` for a log whose entries carry at most `log_entry_bytes`: room for the events
-/// written outside the cache (GTID, annotate) and rounded down to its 4 KiB block. A transaction on a transactional
-/// engine that would not fit one entry then fails in the client's session with ER_TRANS_CACHE_FULL (1197) and rolls
-/// back, before anything reaches the binlog; without it, such a transaction reached the binlog, the global log
-/// refused it, and the master had to be killed and its term handed over.
-pub fn binlog_cache_limit(log_entry_bytes: usize) -> usize {
-    const OUTSIDE_THE_CACHE: usize = 64 << 10;
-    log_entry_bytes.saturating_sub(OUTSIDE_THE_CACHE) / 4096 * 4096
-}
+/// The largest binlog transaction a cluster takes (MariaDB's `max_binlog_cache_size` and
+/// `max_binlog_stmt_cache_size` on every member): one larger fails in the client's session with
+/// ER_TRANS_CACHE_FULL (1197) or ER_STMT_CACHE_FULL (1705) before anything reaches the binlog. A transaction
+/// larger than one log entry goes into the global log in parts; the bound is what a replica's stream can carry
+/// (its positions are 32-bit and a virtual binlog file rotates at 1 GiB, so up to 3 GiB would fit) with room to
+/// spare, and what the README promises.
+pub const LARGEST_TRANSACTION_BYTES: usize = 2 << 30;
 
 impl LocalMariaDb {
-    pub fn new(cfg: MariaDbConfig, defaults_file: PathBuf, admin_password: String, log_entry_bytes: usize) -> Self {
-        LocalMariaDb { cfg, defaults_file, admin_password, log_entry_bytes, child: None }
+    pub fn new(cfg: MariaDbConfig, defaults_file: PathBuf, admin_password: String) -> Self {
+        LocalMariaDb { cfg, defaults_file, admin_password, child: None }
     }
 
     /// Whether the mariadbd this node started is still running.
@@ -143,13 +139,14 @@ impl LocalMariaDb {
         cmd.arg(format!("--defaults-file={}", self.defaults_file.display()))
             .arg(format!("--pid-file={}", self.pid_file().display()))
             // Options every member must run with, whatever its option file says (the command line wins):
-            // - the transactional binlog cache no larger than one log entry (see `binlog_cache_limit`);
+            // - binlog caches no larger than the largest transaction the cluster takes (`LARGEST_TRANSACTION_BYTES`);
             // - functions without a DETERMINISTIC/NO SQL/READS SQL DATA characteristic accepted everywhere: with
             //   row-based logging their effects replicate as rows, and a master that accepted one (an operator's SET
             //   GLOBAL) while its replicas refuse it (1418) stopped every replica's applier at the same transaction of
             //   the global log, which no member could then apply — found by MariaDB's test suite through the RW port.
             //   The proxy refuses SET of it, so no client can make members differ again.
-            .arg(format!("--max-binlog-cache-size={}", binlog_cache_limit(self.log_entry_bytes)))
+            .arg(format!("--max-binlog-cache-size={LARGEST_TRANSACTION_BYTES}"))
+            .arg(format!("--max-binlog-stmt-cache-size={LARGEST_TRANSACTION_BYTES}"))
             .arg("--log-bin-trust-function-creators=ON")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

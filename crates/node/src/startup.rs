@@ -279,8 +279,7 @@ impl LocalDatabase {
     ) -> LocalDatabase {
         let admin_password = secrets.admin_password.clone();
         let defaults_file = cfg.mariadb.defaults_file.clone().unwrap_or_else(|| cfg.data_dir.join("my.cnf"));
-        let log_entry_bytes = cfg.global_log_config().max_value_bytes;
-        let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone(), log_entry_bytes);
+        let db = LocalMariaDb::new(cfg.mariadb.clone(), defaults_file.clone(), admin_password.clone());
         let (local_tx, role) = watch::channel(LocalRole::Down("starting".into()));
         let donor =
             Arc::new(BackupDonor::new(cfg.mariadb.clone(), defaults_file, admin_password, cfg.data_dir.clone()));

@@ -71,6 +71,15 @@ impl TransactionAssembler {
         self.open = None;
     }
 
+    /// Takes the events buffered so far of the open group once they reach `at_least` bytes (its GTID and the
+    /// bytes): a transaction too large for one log entry goes on in parts while it is still being read, so memory
+    /// holds one part, not the transaction. The group stays open; what it completes later holds only the events
+    /// after this.
+    pub fn take_open_events(&mut self, at_least: usize) -> Option<(Gtid, Vec<u8>)> {
+        let open = self.open.as_mut().filter(|o| o.events.len() >= at_least.max(1))?;
+        Some((open.gtid, std::mem::take(&mut open.events)))
+    }
+
     /// Adds one event; returns the transaction it completes, if any. Errors (and stays unchanged) on a GTID
     /// event inside an open group or a group event outside one: the stream is not a valid binlog.
     pub fn push(&mut self, event: &ReplicationEvent) -> Result<Option<Transaction>> {
