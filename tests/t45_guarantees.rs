@@ -460,3 +460,49 @@ fn a_transaction_larger_than_one_log_entry_commits_in_parts_and_reaches_every_no
     // They went through the log in parts (the capture says so once per transaction).
     c.wait_log(m, "log/node.log", "goes into the global log in parts", Duration::from_secs(5));
 }
+
+/// The master dies while a transaction goes into the global log in parts: no node may ever hold part of it. The
+/// survivors' log drops the parts at the next term (or holds all of them, if the last part was chosen first), the
+/// former master — whose own binlog holds the whole transaction — is aligned before it serves again, and all
+/// three end with the same rows.
+#[test]
+fn a_master_lost_in_the_middle_of_a_transaction_in_parts_leaves_no_part_of_it_anywhere() {
+    let c = Cluster::up(3, 28400);
+    let all = [1, 2, 3];
+    let m = c.wait_master(None, Duration::from_secs(30));
+    let t = Duration::from_secs(10);
+    c.sql_via(m, "proxy_rw", "CREATE TABLE many (id INT PRIMARY KEY, v VARCHAR(1000)) ENGINE=InnoDB", t)
+        .expect("create");
+    c.wait_all(&all, "SELECT COUNT(*) FROM many", "0", Duration::from_secs(30));
+    let outcome = thread::scope(|s| {
+        let writer = s.spawn(|| {
+            c.sql_via(
+                m,
+                "proxy_rw",
+                "INSERT INTO many SELECT seq, REPEAT(CHAR(65 + seq % 26), 997) FROM seq_1_to_300000",
+                Duration::from_secs(120),
+            )
+        });
+        c.wait_log(m, "log/node.log", "goes into the global log in parts", Duration::from_secs(60));
+        thread::sleep(Duration::from_millis(300));
+        eprintln!("killing node {m} (and its mariadbd) while its transaction goes into the log in parts");
+        c.kill9_node(m);
+        writer.join().expect("writer thread")
+    });
+    eprintln!("the writer's outcome: {outcome:?}");
+    let next = c.wait_master(Some(m), Duration::from_secs(30));
+    c.sql_via(next, "proxy_rw", "INSERT INTO many VALUES (0, 'after')", t).expect("a write in the next term");
+    // All of it or none of it, the same on both survivors; and all of it if the client was told it committed.
+    let count = c.sql_via(next, "proxy_rw", "SELECT COUNT(*) FROM many", t).expect("count");
+    assert!(count == "1" || count == "300001", "a part of the transaction is visible: {count} rows");
+    if outcome.is_ok() {
+        assert_eq!(count, "300001", "an acknowledged transaction is missing");
+    }
+    let sums = "SELECT CONCAT(COUNT(*), ',', SUM(CRC32(v))) FROM many";
+    let want = c.sql_via(next, "proxy_rw", sums, t).expect("sums");
+    let survivors: Vec<u64> = all.iter().copied().filter(|&n| n != m).collect();
+    c.wait_all(&survivors, sums, &want, Duration::from_secs(60));
+    eprintln!("restarting node {m}: its own binlog holds the whole transaction, the log may not");
+    c.restart_node(m);
+    c.wait_all(&all, sums, &want, Duration::from_secs(180));
+}
