@@ -615,6 +615,12 @@ impl GlobalLogNode {
                 self.own_appends.clear();
                 self.handing_over_since = None;
                 if *master == me && ours {
+                    // One term per master version, never taken twice: versions only grow.
+                    assert!(
+                        self.my_term.is_none_or(|t| t < *master_version),
+                        "node {me}: term {master_version} applied while holding term {:?}",
+                        self.my_term
+                    );
                     self.my_term = Some(*master_version);
                     self.lease_until = proposed_at_ms + self.cfg.lease_ms;
                     self.next_renew_at = proposed_at_ms + self.cfg.renew_interval_ms;

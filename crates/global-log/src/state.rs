@@ -231,6 +231,7 @@ impl ReplicatedState {
                     out.push(Applied::LeaseRenewed { instance, master_version, proposed_at_ms });
                 }
                 Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events } => {
+                    self.assert_continues(first_seq);
                     self.last_gtid = Some(LastGtid { domain_id, server_id, seq_no: last_seq });
                     self.transactions += last_seq - first_seq + 1;
                     let gtid_first = LastGtid { domain_id, server_id, seq_no: first_seq };
@@ -241,6 +242,7 @@ impl ReplicatedState {
                     let first_instance = self.open.map_or(instance, |o| o.first_instance);
                     let next_offset = offset + bytes.len() as u64;
                     if last {
+                        self.assert_continues(seq);
                         self.open = None;
                         self.last_gtid = Some(gtid);
                         self.transactions += 1;
@@ -342,6 +344,17 @@ impl ReplicatedState {
             Command::RecordMember { node, .. } if *node == 0 => Err(RejectReason::NotAMember { node: 0 }),
             Command::RecordMember { .. } => Ok(()),
         }
+    }
+
+    /// GTID continuity on apply: what `check` let through must follow the log's last transaction. Cheap, and a
+    /// gap here would serve replicas a binlog MariaDB cannot apply, so it stops the node (the simulator turns it
+    /// into a violation of its seed).
+    fn assert_continues(&self, first_seq: u64) {
+        assert!(
+            self.last_gtid.is_none_or(|l| l.seq_no + 1 == first_seq),
+            "global log applied transaction {first_seq} after {:?}",
+            self.last_gtid
+        );
     }
 
     /// Whether a transaction of `domain_id` numbered `first_seq` follows the log's last one without a gap.
