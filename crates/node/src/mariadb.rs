@@ -43,12 +43,11 @@ pub struct LocalMariaDb {
     child: Option<Child>,
 }
 
-/// The largest binlog transaction a cluster takes (MariaDB's `max_binlog_cache_size` and
-/// `max_binlog_stmt_cache_size` on every member): one larger fails in the client's session with
-/// ER_TRANS_CACHE_FULL (1197) or ER_STMT_CACHE_FULL (1705) before anything reaches the binlog. A transaction
+/// The largest binlog transaction a cluster takes (MariaDB's `max_binlog_cache_size` on every member): one larger
+/// fails in the client's session with ER_TRANS_CACHE_FULL (1197) before anything reaches the binlog. A transaction
 /// larger than one log entry goes into the global log in parts; the bound is what a replica's stream can carry
 /// (its positions are 32-bit and a virtual binlog file rotates at 1 GiB, so up to 3 GiB would fit) with room to
-/// spare, and what the README promises.
+/// spare, and what the README promises. Non-transactional statements are not bounded this way (see the README).
 pub const LARGEST_TRANSACTION_BYTES: usize = 2 << 30;
 
 impl LocalMariaDb {
@@ -139,14 +138,15 @@ impl LocalMariaDb {
         cmd.arg(format!("--defaults-file={}", self.defaults_file.display()))
             .arg(format!("--pid-file={}", self.pid_file().display()))
             // Options every member must run with, whatever its option file says (the command line wins):
-            // - binlog caches no larger than the largest transaction the cluster takes (`LARGEST_TRANSACTION_BYTES`);
+            // - the transactional binlog cache no larger than the largest transaction the cluster takes
+            //   (`LARGEST_TRANSACTION_BYTES`). The statement cache keeps MariaDB's default: tools read it to tell
+            //   the server's word size (mysql-test-run refuses to start on any other value).
             // - functions without a DETERMINISTIC/NO SQL/READS SQL DATA characteristic accepted everywhere: with
             //   row-based logging their effects replicate as rows, and a master that accepted one (an operator's SET
             //   GLOBAL) while its replicas refuse it (1418) stopped every replica's applier at the same transaction of
             //   the global log, which no member could then apply — found by MariaDB's test suite through the RW port.
             //   The proxy refuses SET of it, so no client can make members differ again.
             .arg(format!("--max-binlog-cache-size={LARGEST_TRANSACTION_BYTES}"))
-            .arg(format!("--max-binlog-stmt-cache-size={LARGEST_TRANSACTION_BYTES}"))
             .arg("--log-bin-trust-function-creators=ON")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

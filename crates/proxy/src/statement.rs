@@ -61,8 +61,8 @@ pub const REFUSE_TEMPORARY_RENAME: &str =
 
 /// Variables a session must not set through the proxy: each lets a commit bypass the global log or the semi-sync
 /// wait, or breaks the log's GTID sequence, or lets a transaction larger than the cluster takes reach the binlog
-/// (the node sets both binlog cache limits to what a replica's stream can carry).
-const GUARDED_VARIABLES: [&[u8]; 11] = [
+/// (the node sets `max_binlog_cache_size` to what a replica's stream can carry).
+const GUARDED_VARIABLES: [&[u8]; 10] = [
     b"sql_log_bin",
     b"gtid_seq_no",
     b"gtid_domain_id",
@@ -73,7 +73,6 @@ const GUARDED_VARIABLES: [&[u8]; 11] = [
     b"read_only",
     b"log_bin_trust_function_creators",
     b"max_binlog_cache_size",
-    b"max_binlog_stmt_cache_size",
 ];
 /// Adjacent keyword pairs that start a statement the node must run itself, never a client.
 const REPLICATION_CONTROL: [(&[u8], &[u8]); 14] = [
@@ -844,7 +843,6 @@ mod tests {
             "SET GLOBAL read_only = OFF",
             "SET GLOBAL max_binlog_cache_size = 1073741824",
             "set @@global.max_binlog_cache_size = DEFAULT",
-            "SET GLOBAL max_binlog_stmt_cache_size = 8589934592",
             "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
             "set global rpl_semi_sync_master_timeout = 10",
             "RESET MASTER",
