@@ -75,6 +75,11 @@ impl Command {
         }
     }
 
+    /// Whether a chosen value holds an [`Command::AppendBinlogPart`] (by its tag byte, without decoding).
+    pub fn any_part(value: &paxsql_paxos::Value) -> bool {
+        matches!(value, paxsql_paxos::Value::Batch(cmds) if cmds.iter().any(|c| c.first() == Some(&TAG_APPEND_BINLOG_PART)))
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         match self {

@@ -370,18 +370,18 @@ impl GlobalLogNode {
         events: Vec<u8>,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
-        if events.len() > self.cfg.max_value_bytes {
-            return Err(GlobalLogError::TransactionTooLarge {
-                domain_id,
-                server_id,
-                seq: first_seq,
-                bytes: events.len(),
-                limit: self.cfg.max_value_bytes,
-            });
-        }
+        self.fits_one_entry(domain_id, server_id, first_seq, events.len())?;
         let cmd = Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events };
         self.paxos.propose(cmd.encode())?;
         self.own_appends.push_back((self.now, last_seq, 0));
+        Ok(())
+    }
+
+    fn fits_one_entry(&self, domain_id: u32, server_id: u32, seq: u64, bytes: usize) -> Result<(), GlobalLogError> {
+        if bytes > self.cfg.max_value_bytes {
+            let limit = self.cfg.max_value_bytes;
+            return Err(GlobalLogError::TransactionTooLarge { domain_id, server_id, seq, bytes, limit });
+        }
         Ok(())
     }
 
@@ -399,15 +399,7 @@ impl GlobalLogNode {
         bytes: Vec<u8>,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
-        if bytes.len() > self.cfg.max_value_bytes {
-            return Err(GlobalLogError::TransactionTooLarge {
-                domain_id,
-                server_id,
-                seq,
-                bytes: bytes.len(),
-                limit: self.cfg.max_value_bytes,
-            });
-        }
+        self.fits_one_entry(domain_id, server_id, seq, bytes.len())?;
         let cmd = Command::AppendBinlogPart { master_version, domain_id, server_id, seq, offset, last, bytes };
         self.paxos.propose(cmd.encode())?;
         self.own_appends.push_back((self.now, seq, offset));
@@ -914,7 +906,8 @@ fn apply_keeping_before_open(
     value: &Value,
     out: &mut Vec<Applied>,
 ) {
-    let before = state.open.is_none().then(|| state.clone());
+    // Only an instance that carries a part can open a transaction: the state is copied for those alone.
+    let before = (state.open.is_none() && Command::any_part(value)).then(|| state.clone());
     state.apply(instance, value, out);
     if state.open.is_none() {
         *before_open = None;

@@ -17,11 +17,15 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use crate::context::RoleContext;
 use crate::driver::{send_input, Input};
 
-/// Bytes of one part of a transaction too large for one log entry (an entry carries at least 16 MiB less a margin,
-/// see `NodeConfig::peer_message_bytes`); smaller parts keep the master's memory for one transaction small.
+/// A transaction goes into the log in parts once this many of its bytes are buffered: smaller parts keep the
+/// master's memory for one transaction small.
 const PART_BYTES: usize = 4 << 20;
+/// The most one proposal carries, whole transaction or part: below any log entry (an entry carries at least
+/// 16 MiB less a margin, see `NodeConfig::peer_message_bytes`). A part is PART_BYTES plus the event that crossed it,
+/// so only an event larger than this is cut across several parts.
+const MAX_PROPOSAL_BYTES: usize = 12 << 20;
 /// Parts proposed and not yet applied, at most: the capture reads on only as the log takes them.
-const PARTS_IN_FLIGHT: u64 = 4;
+const PARTS_IN_FLIGHT: u64 = 2;
 
 /// The master's write path: local binlog → global log → ACK.
 pub(crate) async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {
@@ -179,7 +183,7 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             Err(e) => break Err(CaptureError::Client(e)),
         };
         let captured = Instant::now();
-        let whole = last && parted.is_none_or(|(seq, _)| seq != gtid.seq_no) && events.len() <= PART_BYTES;
+        let whole = last && parted.is_none_or(|(seq, _)| seq != gtid.seq_no) && events.len() <= MAX_PROPOSAL_BYTES;
         let mut proposals = Vec::new();
         if whole {
             let (reply, answer) = oneshot::channel();
@@ -197,19 +201,26 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             if offset == 0 {
                 tracing::info!(%gtid, "a transaction larger than one part ({PART_BYTES} bytes) goes into the global log in parts");
             }
-            let n = events.len().div_ceil(PART_BYTES).max(1);
-            for (i, chunk) in events.chunks(PART_BYTES).chain(events.is_empty().then_some(&[][..])).enumerate() {
+            // Moved whole in the usual case; cut (copied) only around an event larger than one proposal.
+            let chunks = if events.len() <= MAX_PROPOSAL_BYTES {
+                vec![events]
+            } else {
+                events.chunks(MAX_PROPOSAL_BYTES).map(<[u8]>::to_vec).collect()
+            };
+            let n = chunks.len();
+            for (i, bytes) in chunks.into_iter().enumerate() {
                 let (reply, answer) = oneshot::channel();
+                let len = bytes.len() as u64;
                 let input = Input::ProposeBinlogPart {
                     domain_id: gtid.domain_id,
                     server_id: gtid.server_id,
                     seq: gtid.seq_no,
                     offset,
                     last: last && i + 1 == n,
-                    bytes: chunk.to_vec(),
+                    bytes,
                     reply,
                 };
-                offset += chunk.len() as u64;
+                offset += len;
                 proposals.push((input, answer));
             }
             parted = (!last).then_some((gtid.seq_no, offset));
@@ -230,8 +241,8 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
                             stopped = Some(Err(CaptureError::AckerStopped(why)));
                             break;
                         }
+                        // A notification sent while no one waits is kept for the next wait: none is lost.
                         _ = part_applied.notified() => {}
-                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
                     }
                 }
                 if stopped.is_some() {

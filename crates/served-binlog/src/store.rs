@@ -339,17 +339,11 @@ impl ServedBinlog {
             let Some(open) = inner.open.as_mut() else { unreachable!("matched above") };
             open.carry.extend_from_slice(bytes);
             open.next_offset += bytes.len() as u64;
-            let whole = whole_events_len(&open.carry).map_err(|what| Error::Corrupt {
-                path: PathBuf::from(format!("transaction {gtid}")),
-                what,
-                offset: open.next_offset,
-            })?;
+            let corrupt =
+                |what, offset| Error::Corrupt { path: PathBuf::from(format!("transaction {gtid}")), what, offset };
+            let whole = whole_events_len(&open.carry).map_err(|what| corrupt(what, open.next_offset))?;
             if last && whole != open.carry.len() {
-                return Err(Error::Corrupt {
-                    path: PathBuf::from(format!("transaction {gtid}")),
-                    what: "its last part ends inside an event",
-                    offset: open.next_offset,
-                });
+                return Err(corrupt("its last part ends inside an event", open.next_offset));
             }
             if whole > 0 || last {
                 let flags = if open.pieces.is_empty() { 0 } else { CONTINUES } | if last { END_OF_APPEND } else { 0 };
@@ -1039,17 +1033,12 @@ impl EventSource for ServedBinlog {
 /// Length of the whole events at the start of `bytes` (the rest is an event cut short, or nothing); an error names
 /// what is malformed.
 fn whole_events_len(bytes: &[u8]) -> std::result::Result<usize, &'static str> {
-    const HEADER: usize = 19;
-    let mut at = 0usize;
-    while let Some(header) = bytes.get(at..at + HEADER) {
-        let size = u32::from_le_bytes([header[9], header[10], header[11], header[12]]) as usize;
-        if size < HEADER {
-            return Err("an event shorter than its header");
+    let mut rest = bytes;
+    loop {
+        match paxsql_binlog::split_event(rest) {
+            Ok((_, tail)) => rest = tail,
+            Err(paxsql_binlog::Error::Incomplete { .. }) => return Ok(bytes.len() - rest.len()),
+            Err(_) => return Err("an event shorter than its header"),
         }
-        if bytes.len() - at < size {
-            break;
-        }
-        at += size;
     }
-    Ok(at)
 }
