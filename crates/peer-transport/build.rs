@@ -6,6 +6,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = proto_dir.join("paxsql.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let fds = protox::compile([&proto], [&proto_dir])?;
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_fds(fds)?;
+    // Paxos values arrive as slices of the receive buffer (prost `bytes::Bytes` fields), which the decoded value's
+    // commands then share: a large value is not copied again between the wire and the acceptor.
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .bytes(".paxsql.v1.PromiseEntry.value")
+        .bytes(".paxsql.v1.Accept.value")
+        .bytes(".paxsql.v1.CatchUpEntry.value")
+        .compile_fds(fds)?;
     Ok(())
 }

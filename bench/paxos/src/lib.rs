@@ -463,7 +463,7 @@ impl Load {
 
     fn propose(&mut self, node: &mut PaxosNode, slot: u32, seq: u32, now: Instant) -> anyhow::Result<()> {
         let cmd = self.command(slot, seq);
-        node.propose(cmd).context("node 1 refused a proposal")?;
+        node.propose(cmd.into()).context("node 1 refused a proposal")?;
         self.outstanding[slot as usize] = (now, seq);
         Ok(())
     }

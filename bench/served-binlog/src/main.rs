@@ -101,15 +101,15 @@ fn main() -> anyhow::Result<()> {
     let mut window_start = (Instant::now(), 0u64);
     let mut seq = 0u64;
     let mut instance = 0u64;
-    let mut batch = Vec::new();
     while seq < args.transactions {
         instance += 1;
-        batch.clear();
+        // A fresh buffer per instance, as the node gets each chosen value's (the store keeps slices of it).
+        let mut batch = Vec::new();
         for _ in 0..args.per_instance.min(args.transactions - seq) {
             seq += 1;
             batch.extend_from_slice(&transaction_events(Gtid::new(0, 1, seq), args.query_bytes));
         }
-        log.append_instance(instance, &batch).context("append")?;
+        log.append_instance(instance, batch.into()).context("append")?;
         if seq % args.sample_every < args.per_instance || seq == args.transactions {
             // What the node does before a compaction; here, once per sample.
             log.sync().context("sync")?;

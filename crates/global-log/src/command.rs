@@ -1,8 +1,10 @@
 //! Commands of the replicated state machine and their binary encoding inside a Paxos batch.
 //!
 //! Layout: one tag byte, then fixed little-endian fields; `AppendBinlog` ends with the raw binlog events.
-//! Decoding never panics; a command that does not decode is rejected deterministically on every member.
+//! Decoding never panics; a command that does not decode is rejected deterministically on every member. A decoded
+//! command's events are a slice of the buffer it was decoded from, not a copy.
 
+use bytes::Bytes;
 use paxsql_paxos::NodeId;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,7 +16,7 @@ pub enum Command {
     RenewLease { master_version: u64, proposed_at_ms: u64 },
     /// Binlog transactions `first_seq..=last_seq` of GTID domain `domain_id`, written by the master of
     /// `master_version` (whose mariadbd runs with `server_id`), as the raw events MariaDB sent.
-    AppendBinlog { master_version: u64, domain_id: u32, server_id: u32, first_seq: u64, last_seq: u64, events: Vec<u8> },
+    AppendBinlog { master_version: u64, domain_id: u32, server_id: u32, first_seq: u64, last_seq: u64, events: Bytes },
     /// One part of binlog transaction `seq` (GTID domain `domain_id`, server `server_id`) too large for one log
     /// entry: `bytes` are its raw events from byte `offset` on, cut anywhere (an event may span two parts). Parts
     /// come in order from offset 0; the transaction is in the log once the part flagged `last` is chosen, and a
@@ -27,7 +29,7 @@ pub enum Command {
         seq: u64,
         offset: u64,
         last: bool,
-        bytes: Vec<u8>,
+        bytes: Bytes,
     },
     /// The master of `master_version`, which has stopped serving, names its successor: the term ends and the next one
     /// belongs to `new_master` at once, whose lease starts only from a renewal of its own.
@@ -80,7 +82,8 @@ impl Command {
         matches!(value, paxsql_paxos::Value::Batch(cmds) if cmds.iter().any(|c| c.first() == Some(&TAG_APPEND_BINLOG_PART)))
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    /// The command's bytes in the log: the one copy of a transaction's events on its way into a Paxos value.
+    pub fn encode(&self) -> Bytes {
         let mut out = Vec::new();
         match self {
             Command::ChangeMaster { expected_version, expected_lease_seq, new_master, proposed_at_ms } => {
@@ -131,10 +134,11 @@ impl Command {
                 }
             }
         }
-        out
+        out.into()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Command, CommandDecodeError> {
+    pub fn decode(raw: &Bytes) -> Result<Command, CommandDecodeError> {
+        let bytes: &[u8] = raw;
         let mut pos = 0usize;
         let mut take = |n: usize| -> Result<&[u8], CommandDecodeError> {
             let s = bytes.get(pos..pos + n).ok_or(CommandDecodeError::Truncated(pos))?;
@@ -159,7 +163,7 @@ impl Command {
                 let server_id = u64_of(take(4)?) as u32;
                 let first_seq = u64_of(take(8)?);
                 let last_seq = u64_of(take(8)?);
-                let events = bytes.get(pos..).unwrap_or_default().to_vec();
+                let events = raw.slice(pos.min(raw.len())..);
                 return Ok(Command::AppendBinlog { master_version, domain_id, server_id, first_seq, last_seq, events });
             }
             TAG_APPEND_BINLOG_PART => {
@@ -173,7 +177,7 @@ impl Command {
                     1 => true,
                     _ => return Err(CommandDecodeError::BadFlag(pos - 1)),
                 };
-                let bytes = bytes.get(pos..).unwrap_or_default().to_vec();
+                let bytes = raw.slice(pos.min(raw.len())..);
                 return Ok(Command::AppendBinlogPart {
                     master_version,
                     domain_id,
@@ -222,7 +226,7 @@ mod tests {
                 server_id: 1001,
                 first_seq: 5,
                 last_seq: 9,
-                events: vec![1, 2, 3],
+                events: Bytes::from_static(&[1, 2, 3]),
             },
             Command::AppendBinlogPart {
                 master_version: 7,
@@ -231,7 +235,7 @@ mod tests {
                 seq: 10,
                 offset: 16 << 20,
                 last: true,
-                bytes: vec![9; 5],
+                bytes: vec![9; 5].into(),
             },
             Command::AppendBinlog {
                 master_version: 7,
@@ -239,7 +243,7 @@ mod tests {
                 server_id: 1,
                 first_seq: 1,
                 last_seq: 1,
-                events: vec![],
+                events: Bytes::new(),
             },
         ];
         for c in cmds {
@@ -252,15 +256,15 @@ mod tests {
                 _ => enc.len(),
             };
             for cut in 0..fixed {
-                assert!(Command::decode(&enc[..cut]).is_err(), "{} cut at {cut}", c.kind());
+                assert!(Command::decode(&enc.slice(..cut)).is_err(), "{} cut at {cut}", c.kind());
             }
         }
-        assert_eq!(Command::decode(&[0]), Err(CommandDecodeError::UnknownTag(0)));
-        let mut long = Command::RenewLease { master_version: 1, proposed_at_ms: 1 }.encode();
+        assert_eq!(Command::decode(&Bytes::from_static(&[0])), Err(CommandDecodeError::UnknownTag(0)));
+        let mut long = Vec::from(Command::RenewLease { master_version: 1, proposed_at_ms: 1 }.encode());
         long.push(0);
-        assert_eq!(Command::decode(&long), Err(CommandDecodeError::TrailingBytes(1)));
-        let mut bad = Command::RecordMember { node: 4, peer: "ab".into(), mariadb: String::new() }.encode();
+        assert_eq!(Command::decode(&long.into()), Err(CommandDecodeError::TrailingBytes(1)));
+        let mut bad = Vec::from(Command::RecordMember { node: 4, peer: "ab".into(), mariadb: String::new() }.encode());
         bad[10] = 0xff;
-        assert_eq!(Command::decode(&bad), Err(CommandDecodeError::NotText));
+        assert_eq!(Command::decode(&bad.into()), Err(CommandDecodeError::NotText));
     }
 }

@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
+
 use paxsql_paxos::{
     CatchUpRead, Instance, Membership, Message, NodeId, PaxosNode, ProposeError, RecoveredState, Role, Snapshot, Value,
     WriteBatch,
@@ -367,7 +369,7 @@ impl GlobalLogNode {
         server_id: u32,
         first_seq: u64,
         last_seq: u64,
-        events: Vec<u8>,
+        events: Bytes,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
         self.fits_one_entry(domain_id, server_id, first_seq, events.len())?;
@@ -396,7 +398,7 @@ impl GlobalLogNode {
         seq: u64,
         offset: u64,
         last: bool,
-        bytes: Vec<u8>,
+        bytes: Bytes,
     ) -> Result<(), GlobalLogError> {
         let master_version = self.require_master()?;
         self.fits_one_entry(domain_id, server_id, seq, bytes.len())?;

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
+
 use paxsql_paxos::{Instance, Membership, NodeId, Value};
 
 use crate::command::Command;
@@ -122,7 +124,8 @@ pub enum Applied {
         master_version: u64,
         gtid_first: LastGtid,
         last_seq: u64,
-        events: Vec<u8>,
+        /// A slice of the chosen value's buffer.
+        events: Bytes,
     },
     /// A part of a transaction too large for one entry; the one flagged `last` puts the whole transaction in the
     /// log (the master acknowledges it then), and the parts before it are the same transaction's, in order.
@@ -132,7 +135,8 @@ pub enum Applied {
         gtid: LastGtid,
         offset: u64,
         last: bool,
-        bytes: Vec<u8>,
+        /// A slice of the chosen value's buffer.
+        bytes: Bytes,
     },
     /// The parts received of transaction `gtid` are void: its master's term ended before the last one. Whoever kept
     /// them drops them; the transaction is not in the log.
@@ -490,7 +494,7 @@ mod tests {
             seq,
             offset,
             last,
-            bytes: vec![seq as u8; len],
+            bytes: vec![seq as u8; len].into(),
         };
         let whole = |v, seq| Command::AppendBinlog {
             master_version: v,
@@ -498,7 +502,7 @@ mod tests {
             server_id: 7,
             first_seq: seq,
             last_seq: seq,
-            events: vec![1],
+            events: Bytes::from_static(&[1]),
         };
         s.apply(1, &batch(&[cm(0, 0, 1), whole(1, 1)]), &mut out);
         out.clear();
@@ -548,7 +552,7 @@ mod tests {
             server_id: 7,
             first_seq: first,
             last_seq: last,
-            events: vec![],
+            events: Bytes::new(),
         };
         s.apply(
             1,
@@ -569,7 +573,7 @@ mod tests {
         assert_eq!(s.transactions, 4);
         // Garbage inside a batch is rejected, not a panic, and the rest of the batch still applies.
         out.clear();
-        s.apply(3, &Value::Batch(vec![vec![0xff, 1], ap(1, 14, 14).encode()]), &mut out);
+        s.apply(3, &Value::Batch(vec![Bytes::from_static(&[0xff, 1]), ap(1, 14, 14).encode()]), &mut out);
         assert!(matches!(out[0], Applied::Rejected { reason: RejectReason::Malformed(_), .. }));
         assert_eq!(s.transactions, 5);
     }

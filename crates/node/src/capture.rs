@@ -27,6 +27,17 @@ const MAX_PROPOSAL_BYTES: usize = 12 << 20;
 /// Parts proposed and not yet applied, at most: the capture reads on only as the log takes them.
 const PARTS_IN_FLIGHT: u64 = 2;
 
+/// A transaction read from the local binlog, waiting for its ACK.
+struct Captured {
+    seq: u64,
+    /// Its end in the local binlog: the position the semi-sync ACK names.
+    end_file: Arc<str>,
+    end_pos: u64,
+    captured_at: Instant,
+    /// Of its events, as proposed (all parts together).
+    fingerprint: Fingerprint,
+}
+
 /// The master's write path: local binlog → global log → ACK.
 pub(crate) async fn capture(ctx: Arc<RoleContext>, term: u64, start: GtidSet, failed: watch::Sender<bool>) {
     let span = tracing::info_span!("capture", node = ctx.node_id, master_version = term);
@@ -50,6 +61,70 @@ enum CaptureError {
     AckerStopped(String),
 }
 
+/// Transactions of this term the log applied, by GTID seq_no, with the length and CRC32 of their events, until the
+/// capture's own transaction at that seq_no is matched against them. A commit is acknowledged only if the log holds
+/// the transaction this capture read at its GTID (same length, same CRC32): after a lapse of the lease and its
+/// return in the same term (a demotion in between truncated the un-ACKed tail), a proposal of the earlier capture
+/// may still be chosen at a seq_no the new capture reads another transaction at. Acknowledging by seq_no alone
+/// would confirm a commit the log does not hold.
+#[derive(Default)]
+struct AppliedFingerprints {
+    whole: std::collections::BTreeMap<u64, Fingerprint>,
+    /// The transaction arriving in parts: its seq_no and its fingerprint so far.
+    parts: Option<(u64, FingerprintBuilder)>,
+}
+
+impl AppliedFingerprints {
+    fn part(&mut self, seq: u64, offset: u64, last: bool, bytes: &[u8]) {
+        if offset == 0 || self.parts.as_ref().is_some_and(|(s, _)| *s != seq) {
+            self.parts = Some((seq, FingerprintBuilder::default()));
+        }
+        if let Some((_, h)) = self.parts.as_mut() {
+            h.update(bytes);
+        }
+        if last {
+            if let Some((seq, b)) = self.parts.take() {
+                self.whole.insert(seq, b.finish());
+            }
+        }
+    }
+
+    /// Whether the log applied the captured transaction `seq` (fingerprint `fp`); forgets it, and any before it
+    /// (another capture's of this term), either way.
+    fn matches(&mut self, seq: u64, fp: Fingerprint) -> bool {
+        let after = self.whole.split_off(&seq.saturating_add(1));
+        let found = self.whole.remove(&seq);
+        self.whole = after;
+        found == Some(fp)
+    }
+}
+
+/// Length and CRC32 of a transaction's events.
+type Fingerprint = (u64, u32);
+
+#[derive(Default)]
+struct FingerprintBuilder {
+    len: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl FingerprintBuilder {
+    fn update(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        self.crc.update(bytes);
+    }
+
+    fn finish(self) -> Fingerprint {
+        (self.len, self.crc.finalize())
+    }
+}
+
+fn fingerprint(bytes: &[u8]) -> Fingerprint {
+    let mut b = FingerprintBuilder::default();
+    b.update(bytes);
+    b.finish()
+}
+
 async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Result<(), CaptureError> {
     let mut opts = ConnectOptions::new(
         Address::Unix(ctx.socket.clone()),
@@ -60,8 +135,8 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     opts.start = start;
     let mut client = ReplicationClient::connect(opts).await?;
     let acks = client.ack_handle();
-    // Positions to ACK, by GTID seq_no, in commit order, with when each transaction was captured.
-    let pending: Arc<Mutex<VecDeque<(u64, Arc<str>, u64, Instant)>>> = Arc::default();
+    // The transactions read and waiting for their ACK, in commit order.
+    let pending: Arc<Mutex<VecDeque<Captured>>> = Arc::default();
     let metrics = ctx.metrics.clone();
     let mut applied = ctx.applied.subscribe();
     let ack_pending = pending.clone();
@@ -76,16 +151,31 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     let part_applied = Arc::new(tokio::sync::Notify::new());
     let (ack_parts_applied, ack_part_applied) = (parts_applied.clone(), part_applied.clone());
     let mut acker = tokio::spawn(async move {
+        let mut fingerprints = AppliedFingerprints::default();
         loop {
             // A part of this term's transaction: one fewer in flight; its last one is the transaction's ACK.
             let last_seq = match &applied.recv().await {
-                Ok(Applied::BinlogPartAppended { master_version, gtid, last, .. }) if *master_version == term => {
+                Ok(Applied::BinlogPartAppended { master_version, gtid, offset, last, bytes, .. })
+                    if *master_version == term =>
+                {
                     ack_parts_applied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     ack_part_applied.notify_one();
+                    fingerprints.part(gtid.seq_no, *offset, *last, bytes);
                     last.then_some(gtid.seq_no)
                 }
-                Ok(Applied::BinlogAppended { master_version, last_seq, .. }) if *master_version == term => {
+                Ok(Applied::BinlogAppended { master_version, gtid_first, last_seq, events, .. })
+                    if *master_version == term =>
+                {
+                    // This capture proposes one transaction per append; a range is not one of its own and matches
+                    // none of its transactions below.
+                    if gtid_first.seq_no == *last_seq {
+                        fingerprints.whole.insert(*last_seq, fingerprint(events));
+                    }
                     Some(*last_seq)
+                }
+                Ok(Applied::PartsDropped { .. }) => {
+                    fingerprints.parts = None;
+                    None
                 }
                 Ok(_) => None,
                 // Missed effects may hold this term's appends: their commits would wait forever while the master
@@ -106,13 +196,21 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
             }
             let (mut last, mut oldest, mut count) = (None, None, 0u64);
             if let Ok(mut p) = ack_pending.lock() {
-                while p.front().is_some_and(|(seq, _, _, _)| *seq <= last_seq) {
-                    last = p.pop_front();
-                    oldest = oldest.or(last.as_ref().map(|l| l.3));
+                while p.front().is_some_and(|c| c.seq <= last_seq) {
+                    let Some(c) = p.pop_front() else { break };
+                    if !fingerprints.matches(c.seq, c.fingerprint) {
+                        return format!(
+                            "the global log holds another transaction than this master's at seq_no {} of term {term}: \
+                             it is never acknowledged",
+                            c.seq
+                        );
+                    }
+                    oldest = oldest.or(Some(c.captured_at));
                     count += 1;
+                    last = Some(c);
                 }
             }
-            if let Some((_, file, pos, _)) = last {
+            if let Some(Captured { end_file: file, end_pos: pos, .. }) = last {
                 if let Err(e) = acks.ack(&file, pos) {
                     return format!("the ACK could not be sent to mariadbd: {e}");
                 }
@@ -154,6 +252,8 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     let mut assembler = TransactionAssembler::new();
     // The transaction going on in parts (its seq_no) and the bytes proposed of it so far.
     let mut parted: Option<(u64, u64)> = None;
+    // The fingerprint of the transaction being read, over the parts proposed so far.
+    let mut read = FingerprintBuilder::default();
     let mut parts_proposed = 0u64;
     let result = loop {
         // `next_event` is only ever cancelled when the capture ends, so no half-read packet is left behind.
@@ -170,14 +270,25 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
         };
         let (gtid, events, last) = match assembler.push(&event) {
             Ok(Some(trx)) => {
+                read.update(&trx.events);
+                let captured = Captured {
+                    seq: trx.gtid.seq_no,
+                    end_file: trx.end_file.clone(),
+                    end_pos: trx.end_pos,
+                    captured_at: Instant::now(),
+                    fingerprint: std::mem::take(&mut read).finish(),
+                };
                 if let Ok(mut p) = pending.lock() {
-                    p.push_back((trx.gtid.seq_no, trx.end_file.clone(), trx.end_pos, Instant::now()));
+                    p.push_back(captured);
                 }
                 (trx.gtid, trx.events, true)
             }
             // A transaction too large for one log entry goes on in parts while it is read.
             Ok(None) => match assembler.take_open_events(PART_BYTES) {
-                Some((gtid, events)) => (gtid, events, false),
+                Some((gtid, events)) => {
+                    read.update(&events);
+                    (gtid, events, false)
+                }
                 None => continue,
             },
             Err(e) => break Err(CaptureError::Client(e)),
@@ -266,4 +377,36 @@ async fn capture_inner(ctx: &Arc<RoleContext>, term: u64, start: GtidSet) -> Res
     answer_checker.abort();
     acker.abort();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_transaction_this_capture_read_is_acknowledged() {
+        let mut applied = AppliedFingerprints::default();
+        // The log took an earlier capture's transaction 7 (same term, before a lapse of the lease); this capture
+        // read another one at 7.
+        applied.whole.insert(7, fingerprint(b"the earlier capture's 7"));
+        assert!(!applied.matches(7, fingerprint(b"this capture's 7")));
+        // Its own, applied whole or in parts, is.
+        applied.whole.insert(8, fingerprint(b"eight"));
+        assert!(applied.matches(8, fingerprint(b"eight")));
+        applied.part(9, 0, false, b"ni");
+        applied.part(9, 2, true, b"ne");
+        assert!(applied.matches(9, fingerprint(b"nine")));
+        // Same bytes, other length: not the same transaction.
+        assert_ne!(fingerprint(b"ab"), fingerprint(b"ab\0"));
+        // Parts that start over (dropped by a master change, or another transaction) are not mixed.
+        applied.part(10, 0, false, b"lost");
+        applied.part(10, 0, true, b"ten");
+        assert!(applied.matches(10, fingerprint(b"ten")));
+        // Nothing matches twice, and older entries go once a later one is matched.
+        applied.whole.insert(11, fingerprint(b"x"));
+        applied.whole.insert(12, fingerprint(b"y"));
+        assert!(applied.matches(12, fingerprint(b"y")));
+        assert!(applied.whole.is_empty());
+        assert!(!applied.matches(12, fingerprint(b"y")));
+    }
 }

@@ -289,11 +289,12 @@ impl Driver {
             Input::Peer(m) => self.node.step(m, now),
             Input::ProposeBinlog { domain_id, server_id, first_seq, last_seq, events, reply } => {
                 self.node.tick(now);
-                let _ = reply.send(self.node.propose_binlog(domain_id, server_id, first_seq, last_seq, events));
+                let _ = reply.send(self.node.propose_binlog(domain_id, server_id, first_seq, last_seq, events.into()));
             }
             Input::ProposeBinlogPart { domain_id, server_id, seq, offset, last, bytes, reply } => {
                 self.node.tick(now);
-                let _ = reply.send(self.node.propose_binlog_part(domain_id, server_id, seq, offset, last, bytes));
+                let _ =
+                    reply.send(self.node.propose_binlog_part(domain_id, server_id, seq, offset, last, bytes.into()));
             }
             Input::ChangeMembership { next, reply } => {
                 self.node.tick(now);

@@ -24,7 +24,7 @@ impl AppliedSink for ServedBinlogFeed {
                 }
             }
             Applied::BinlogAppended { instance, events, gtid_first, .. } => {
-                if let Err(e) = self.0.append_instance(*instance, events) {
+                if let Err(e) = self.0.append_instance(*instance, events.clone()) {
                     // Replicas stop at this point rather than skip it: the next transaction is out of order for them.
                     tracing::error!(instance, seq = gtid_first.seq_no, error = %e, "cannot add to the served binlog");
                 }

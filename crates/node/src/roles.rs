@@ -59,6 +59,10 @@ pub async fn run(
     // After its applier stopped and replication was restarted, a replica serves (RO port, candidacy) again only
     // once its checks have passed until this moment: a restart that fails again must not look healthy meanwhile.
     let mut probation_until: Option<Instant> = None;
+    // The last term this process served as master. A term is served at most once: proposals of it may still be
+    // chosen after a demotion, at seq_nos that a second promotion in the same term (the lease lapsed and came back)
+    // would read other transactions at. Ending the term instead puts a change of master in the log after all of them.
+    let mut served_term: Option<u64> = None;
     loop {
         let can_serve = matches!(current, Current::Replica | Current::Master(_)) && probation_until.is_none();
         if eligible != Some(can_serve) {
@@ -93,12 +97,21 @@ pub async fn run(
                 if capture_failed {
                     tracing::error!("capture stopped on the master: handing the master role over");
                     offer(&ctx.inbox, Input::HandOver);
+                } else if st.master_id == ctx.node_id {
+                    tracing::warn!("the master lease lapsed: handing the term over rather than serving it again");
+                    offer(&ctx.inbox, Input::HandOver);
                 }
                 current = Current::Down;
+            }
+            (Current::Replica, true) if served_term == Some(st.master_version) => {
+                // Still ours in the log after this process served in it: end it (again; the earlier hand-over
+                // may have been lost) instead of serving it twice.
+                offer(&ctx.inbox, Input::HandOver);
             }
             (Current::Replica, true) => match promote(&ctx, &st).await {
                 Ok(handle) => {
                     promotion_failing_since = None;
+                    served_term = Some(st.master_version);
                     capture = Some(handle);
                     no_tx_at_promotion = None;
                     last_guarantee_check = None;

@@ -57,17 +57,16 @@ pub(crate) fn decode_promised(bytes: &[u8]) -> Result<Ballot, StorageError> {
 }
 
 pub(crate) fn encode_accepted(ballot: Ballot, value: &Value) -> Vec<u8> {
-    let enc = value.encode();
-    let mut out = Vec::with_capacity(16 + enc.len());
+    let mut out = Vec::with_capacity(16 + value.size_bytes() + 8);
     encode_ballot(&mut out, ballot);
-    out.extend_from_slice(&enc);
+    value.encode_into(&mut out);
     out
 }
 
 pub(crate) fn decode_accepted(instance: Instance, bytes: &[u8]) -> Result<(Ballot, Value), StorageError> {
     let mut r = Reader::new(bytes, "accepted");
     let ballot = r.ballot()?;
-    let value = Value::decode(r.rest())
+    let value = Value::decode(&bytes::Bytes::copy_from_slice(r.rest()))
         .map_err(|e| StorageError::Corrupt(format!("accepted value of instance {instance}: {e}")))?;
     Ok((ballot, value))
 }
@@ -172,7 +171,7 @@ mod tests {
     fn records_round_trip() {
         let s = Snapshot { last_included: 42, membership: Membership::new([1, 2, 3]), data: vec![9; 1000] };
         assert_eq!(decode_snapshot(&encode_snapshot(&s)).unwrap(), s);
-        let v = Value::Batch(vec![vec![1, 2], vec![]]);
+        let v = Value::Batch(vec![vec![1, 2].into(), bytes::Bytes::new()]);
         let b = Ballot::new(7, 3);
         assert_eq!(decode_accepted(5, &encode_accepted(b, &v)).unwrap(), (b, v));
         let mut p = Vec::new();

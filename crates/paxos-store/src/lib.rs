@@ -355,7 +355,7 @@ impl Storage for RaftEngineStorage {
                     buf.len()
                 )));
             }
-            for e in buf.drain(..) {
+            for mut e in buf.drain(..) {
                 if read_limit_reached(out.len(), bytes, max_entries, max_bytes) {
                     break;
                 }
@@ -365,7 +365,7 @@ impl Storage for RaftEngineStorage {
                         e.instance
                     )));
                 }
-                let v = Value::decode(&e.value)
+                let v = Value::decode(&bytes::Bytes::from(std::mem::take(&mut e.value)))
                     .map_err(|err| StorageError::Corrupt(format!("chosen value of instance {next}: {err}")))?;
                 bytes += v.size_bytes();
                 out.push((next, v));

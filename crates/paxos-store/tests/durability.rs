@@ -21,7 +21,7 @@ fn value(rng: &mut Rng, tag: u64) -> Value {
         1 => Value::Reconfigure(Membership::new([1, 2, tag % 7 + 3])),
         _ => {
             let n = rng.below(4) as usize;
-            Value::Batch((0..n).map(|k| vec![(tag + k as u64) as u8; rng.below(600) as usize]).collect())
+            Value::Batch((0..n).map(|k| vec![(tag + k as u64) as u8; rng.below(600) as usize].into()).collect())
         }
     }
 }
@@ -142,7 +142,7 @@ fn large_values_survive_reopen() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("large");
     let kib64 = Value::Batch(vec![(0..64 << 10).map(|i| i as u8).collect()]);
-    let mib1 = Value::Batch(vec![(0..1 << 20).map(|i| (i * 7) as u8).collect(), vec![1; 10]]);
+    let mib1 = Value::Batch(vec![(0..1 << 20).map(|i| (i * 7) as u8).collect(), vec![1; 10].into()]);
     let snap = Snapshot { last_included: 2, membership: Membership::new([1, 2, 3]), data: vec![0xab; 1 << 20] };
     {
         let mut s = RaftEngineStorage::open_with(&dir, &small_files()).unwrap();
@@ -173,8 +173,11 @@ fn compaction_and_purge_reclaim_disk() {
     let mut s = RaftEngineStorage::open_with(&dir, &small_files()).unwrap();
     let cmd = vec![7u8; 4000];
     for i in 1..=1000u64 {
-        s.write(&WriteBatch { chosen: vec![(i, Value::Batch(vec![cmd.clone()]))], ..Default::default() }, i % 50 == 0)
-            .unwrap();
+        s.write(
+            &WriteBatch { chosen: vec![(i, Value::Batch(vec![cmd.clone().into()]))], ..Default::default() },
+            i % 50 == 0,
+        )
+        .unwrap();
     }
     let (files_before, bytes_before) = (log_files(&dir).len(), s.used_bytes());
     println!("before compaction: {files_before} log files, {bytes_before} bytes");
@@ -199,7 +202,7 @@ fn write_synced(dir: &Path, n: u64) {
     for i in 1..=n {
         let b = WriteBatch {
             promised: Some(Ballot::new(i, 1)),
-            chosen: vec![(i, Value::Batch(vec![vec![i as u8; 300]]))],
+            chosen: vec![(i, Value::Batch(vec![vec![i as u8; 300].into()]))],
             ..Default::default()
         };
         s.write(&b, true).unwrap();
@@ -255,8 +258,11 @@ fn damage_inside_an_older_file_is_an_error_not_a_panic() {
     {
         let mut s = RaftEngineStorage::open_with(&dir, &small_files()).unwrap();
         for i in 1..=100u64 {
-            s.write(&WriteBatch { chosen: vec![(i, Value::Batch(vec![vec![3; 3000]]))], ..Default::default() }, true)
-                .unwrap();
+            s.write(
+                &WriteBatch { chosen: vec![(i, Value::Batch(vec![vec![3; 3000].into()]))], ..Default::default() },
+                true,
+            )
+            .unwrap();
         }
     }
     let files = log_files(&dir);

@@ -5,7 +5,10 @@
 //! - `1` Batch: u32 count, then per command u32 length and the bytes;
 //! - `2` Reconfigure: u32 count, then u64 per member.
 //!
-//! Decoding never panics: every length is checked against what is left before it is used.
+//! Decoding never panics: every length is checked against what is left before it is used. A decoded batch's
+//! commands are slices of the buffer they came in (no copy): whoever keeps one keeps that buffer.
+
+use bytes::Bytes;
 
 use crate::types::{Membership, Value};
 
@@ -23,6 +26,12 @@ pub enum DecodeError {
 impl Value {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.size_bytes() + 8);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding to `out` (a record that starts with fields of its own needs no second copy).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Value::Noop => out.push(0),
             Value::Batch(cmds) => {
@@ -41,10 +50,9 @@ impl Value {
                 }
             }
         }
-        out
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Value, DecodeError> {
+    pub fn decode(bytes: &Bytes) -> Result<Value, DecodeError> {
         let mut r = Reader { bytes, pos: 0 };
         let v = match r.take(1)?[0] {
             0 => Value::Noop,
@@ -54,7 +62,7 @@ impl Value {
                 let mut cmds = Vec::with_capacity(n.min(r.remaining() / 4));
                 for _ in 0..n {
                     let len = r.u32()? as usize;
-                    cmds.push(r.take(len)?.to_vec());
+                    cmds.push(r.share(len)?);
                 }
                 Value::Batch(cmds)
             }
@@ -77,7 +85,7 @@ impl Value {
 }
 
 struct Reader<'a> {
-    bytes: &'a [u8],
+    bytes: &'a Bytes,
     pos: usize,
 }
 
@@ -92,6 +100,12 @@ impl<'a> Reader<'a> {
         let s = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
+    }
+    /// The next `n` bytes as a slice of the input sharing its buffer.
+    fn share(&mut self, n: usize) -> Result<Bytes, DecodeError> {
+        let start = self.pos;
+        self.take(n)?;
+        Ok(self.bytes.slice(start..start + n))
     }
     fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let mut a = [0u8; N];
@@ -112,22 +126,32 @@ mod tests {
         for v in [
             Value::Noop,
             Value::Batch(vec![]),
-            Value::Batch(vec![b"a".to_vec(), vec![], vec![7; 300]]),
+            Value::Batch(vec![Bytes::from_static(b"a"), Bytes::new(), vec![7; 300].into()]),
             Value::Reconfigure(Membership::new([1, 2, 3])),
         ] {
-            assert_eq!(Value::decode(&v.encode()).unwrap(), v);
+            assert_eq!(Value::decode(&v.encode().into()).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn decoded_commands_share_the_input_buffer() {
+        let enc = Bytes::from(Value::Batch(vec![vec![5; 1000].into(), vec![6; 10].into()]).encode());
+        let Value::Batch(cmds) = Value::decode(&enc).unwrap() else { panic!("a batch") };
+        let range = enc.as_ptr_range();
+        for c in &cmds {
+            assert!(range.contains(&c.as_ptr()), "a command was copied out of its buffer");
         }
     }
 
     #[test]
     fn truncated_and_garbage_are_errors() {
-        let enc = Value::Batch(vec![vec![1, 2, 3]]).encode();
+        let enc = Bytes::from(Value::Batch(vec![Bytes::from_static(&[1, 2, 3])]).encode());
         for cut in 0..enc.len() {
-            assert!(Value::decode(&enc[..cut]).is_err(), "cut at {cut}");
+            assert!(Value::decode(&enc.slice(..cut)).is_err(), "cut at {cut}");
         }
-        assert_eq!(Value::decode(&[9]), Err(DecodeError::UnknownTag { tag: 9 }));
-        assert_eq!(Value::decode(&[0, 0]), Err(DecodeError::TrailingBytes { extra: 1 }));
+        assert_eq!(Value::decode(&Bytes::from_static(&[9])), Err(DecodeError::UnknownTag { tag: 9 }));
+        assert_eq!(Value::decode(&Bytes::from_static(&[0, 0])), Err(DecodeError::TrailingBytes { extra: 1 }));
         // A huge declared count must not allocate or panic.
-        assert!(Value::decode(&[1, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert!(Value::decode(&Bytes::from_static(&[1, 0xff, 0xff, 0xff, 0xff])).is_err());
     }
 }

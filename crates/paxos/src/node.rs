@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use bytes::Bytes;
+
 use crate::message::{Message, MessageBody};
 use crate::storage::{RecoveredState, Snapshot, Storage, StorageError, WriteBatch};
 use crate::types::{Ballot, Instance, Membership, NodeId, Value};
@@ -212,7 +214,7 @@ pub struct PaxosNode {
     // Proposer.
     leader: Option<Leadership>,
     max_round_seen: u64,
-    queue: VecDeque<Vec<u8>>,
+    queue: VecDeque<Bytes>,
     queued_reconfig: Option<Membership>,
     ready: Ready,
     last_step_down: &'static str,
@@ -482,7 +484,7 @@ impl PaxosNode {
     }
 
     /// Queues a command for the log. Only a leader (or a candidate, whose queue waits for phase 1) takes them.
-    pub fn propose(&mut self, command: Vec<u8>) -> Result<(), ProposeError> {
+    pub fn propose(&mut self, command: Bytes) -> Result<(), ProposeError> {
         if self.leader.is_none() {
             return Err(ProposeError::NotLeader { hint: self.leader_hint });
         }

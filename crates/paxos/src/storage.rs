@@ -247,7 +247,7 @@ pub mod conformance {
     use super::*;
 
     fn v(n: u8) -> Value {
-        Value::Batch(vec![vec![n; n as usize + 1]])
+        Value::Batch(vec![vec![n; n as usize + 1].into()])
     }
 
     fn b(round: u64) -> Ballot {
@@ -398,7 +398,7 @@ pub mod conformance {
 
     fn read_limits<S: Storage>(open: &mut impl FnMut(&str) -> S) {
         let mut s = open("limits");
-        let chosen = (1..=20).map(|i| (i, Value::Batch(vec![vec![0; 100]]))).collect();
+        let chosen = (1..=20).map(|i| (i, Value::Batch(vec![vec![0; 100].into()]))).collect();
         s.write(&WriteBatch { chosen, ..Default::default() }, true).unwrap();
         assert_eq!(s.chosen(1, 5, usize::MAX).unwrap().len(), 5);
         assert_eq!(s.chosen(1, 100, 250).unwrap().len(), 3, "stops once max_bytes is passed");

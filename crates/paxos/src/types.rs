@@ -3,6 +3,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use bytes::Bytes;
+
 /// A member of the Paxos group. Zero is reserved for "nobody".
 pub type NodeId = u64;
 
@@ -78,8 +80,9 @@ impl Membership {
 pub enum Value {
     /// Fills a hole a new leader found in the log; changes nothing.
     Noop,
-    /// A batch of opaque commands for the replicated state machine, applied in order.
-    Batch(Vec<Vec<u8>>),
+    /// A batch of opaque commands for the replicated state machine, applied in order. Cloning a value shares the
+    /// commands' bytes (reference counts), never copies them.
+    Batch(Vec<Bytes>),
     /// The membership for every instance after this one. Ignored (a no-op on every member alike) unless it is a
     /// single-step change from the membership in force.
     Reconfigure(Membership),

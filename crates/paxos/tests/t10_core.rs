@@ -58,7 +58,7 @@ fn leader_chooses_a_value_in_one_round_trip_and_followers_learn_it() {
     settle(&mut g, |_| false);
     assert_eq!(g[&1].role(), Role::Leader);
 
-    g.get_mut(&1).unwrap().propose(b"x".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"x".to_vec().into()).unwrap();
     let r = g.get_mut(&1).unwrap().take_ready();
     let accepts: Vec<_> = r.messages.iter().filter(|m| matches!(m.body, MessageBody::Accept { .. })).collect();
     assert_eq!(accepts.len(), 3, "one accept per member, the leader's own included");
@@ -71,7 +71,7 @@ fn leader_chooses_a_value_in_one_round_trip_and_followers_learn_it() {
     g.get_mut(&1).unwrap().tick(1_000);
     let chosen = settle(&mut g, |_| false);
     assert_eq!((chosen[&2].clone(), chosen[&3].clone()), (vec![1], vec![1]));
-    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"x".to_vec()])));
+    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"x".to_vec().into()])));
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn new_leader_keeps_a_value_only_one_acceptor_accepted() {
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
     // Node 1 proposes; only node 2 ever accepts it (and node 1's own acceptor).
-    g.get_mut(&1).unwrap().propose(b"kept".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"kept".to_vec().into()).unwrap();
     settle(&mut g, |m| m.to == 3 || matches!(m.body, MessageBody::Accepted { .. }));
     // Node 1 falls silent; once the acceptors stop sticking to it, node 3 takes over with node 2: phase 1 must find
     // the accepted value and choose it again.
@@ -90,7 +90,7 @@ fn new_leader_keeps_a_value_only_one_acceptor_accepted() {
     g.get_mut(&3).unwrap().campaign();
     settle(&mut g, |m| m.from == 1 || m.to == 1);
     assert_eq!(g[&3].role(), Role::Leader);
-    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"kept".to_vec()])));
+    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"kept".to_vec().into()])));
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_th
         body: MessageBody::Prepare { ballot: higher, from_instance: 1 },
     });
     let dead = |m: &Message| m.to == 2 || m.from == 2;
-    g.get_mut(&1).unwrap().propose(b"renewal".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"renewal".to_vec().into()).unwrap();
     settle(&mut g, dead);
     assert_eq!(g[&1].role(), Role::Leader, "one nack alone does not unseat the leader");
     g.get_mut(&1).unwrap().tick(200);
@@ -130,7 +130,7 @@ fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_th
     assert_eq!(g[&1].role(), Role::Leader, "one retransmit interval is not yet a stall");
     // Stalled behind a refusing and a silent acceptor: it campaigns again above the refused ballot, keeping what
     // it was asked to propose; node 3 promises, and the values are chosen.
-    g.get_mut(&1).unwrap().propose(b"queued".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"queued".to_vec().into()).unwrap();
     g.get_mut(&1).unwrap().tick(400);
     assert_eq!(g[&1].role(), Role::Candidate);
     assert!(g[&1].last_step_down_reason().starts_with("refused by an acceptor"), "{}", g[&1].last_step_down_reason());
@@ -138,8 +138,8 @@ fn a_leader_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above_th
     assert_eq!(g[&1].role(), Role::Leader);
     assert!(g[&1].ballot().is_some_and(|b| b > higher), "{:?}", g[&1].ballot());
     assert_eq!(chosen[&1], vec![1, 2]);
-    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"renewal".to_vec()])));
-    assert_eq!(g[&1].chosen_value(2), Some(&Value::Batch(vec![b"queued".to_vec()])));
+    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"renewal".to_vec().into()])));
+    assert_eq!(g[&1].chosen_value(2), Some(&Value::Batch(vec![b"queued".to_vec().into()])));
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn a_candidate_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above
     });
     let dead = |m: &Message| m.to == 2 || m.from == 2;
     g.get_mut(&1).unwrap().campaign();
-    g.get_mut(&1).unwrap().propose(b"queued".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"queued".to_vec().into()).unwrap();
     settle(&mut g, dead);
     assert_eq!(g[&1].role(), Role::Candidate, "one nack alone does not end a campaign");
     g.get_mut(&1).unwrap().tick(200);
@@ -166,7 +166,7 @@ fn a_candidate_refused_by_one_acceptor_while_the_other_is_silent_campaigns_above
     assert_eq!(g[&1].role(), Role::Leader);
     assert!(g[&1].ballot().is_some_and(|b| b > higher), "{:?}", g[&1].ballot());
     assert_eq!(chosen[&1], vec![1]);
-    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"queued".to_vec()])));
+    assert_eq!(g[&1].chosen_value(1), Some(&Value::Batch(vec![b"queued".to_vec().into()])));
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn a_rival_that_insists_gets_through_a_promise_to_a_campaign_that_failed_but_not
     assert_eq!(g[&3].role(), Role::Leader);
     // An established leader is not unseated the same way: node 2's insisting prepares stay ignored by those
     // that hear node 3 lead.
-    g.get_mut(&3).unwrap().propose(b"lead".to_vec()).unwrap();
+    g.get_mut(&3).unwrap().propose(b"lead".to_vec().into()).unwrap();
     settle(&mut g, gone);
     g.get_mut(&2).unwrap().campaign();
     for t in [250, 450, 650] {
@@ -210,7 +210,7 @@ fn a_member_behind_a_compaction_is_told_to_rebuild() {
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
     for i in 0..5u8 {
-        g.get_mut(&1).unwrap().propose(vec![i]).unwrap();
+        g.get_mut(&1).unwrap().propose(vec![i].into()).unwrap();
         settle(&mut g, |m| m.to == 3);
     }
     let leader = g.get_mut(&1).unwrap();
@@ -239,14 +239,14 @@ fn a_member_behind_the_memory_window_is_caught_up_from_storage_and_not_promised(
     let mut g: BTreeMap<NodeId, PaxosNode> = (1..=3)
         .map(|id| {
             let mut cfg = Config::new(id);
-            cfg.chosen_cache_bytes = 3 * Value::Batch(vec![vec![0u8; 100]]).size_bytes();
+            cfg.chosen_cache_bytes = 3 * Value::Batch(vec![vec![0u8; 100].into()]).size_bytes();
             (id, PaxosNode::new(cfg, m.clone()))
         })
         .collect();
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
     for i in 0..10u8 {
-        g.get_mut(&1).unwrap().propose(vec![i; 100]).unwrap();
+        g.get_mut(&1).unwrap().propose(vec![i; 100].into()).unwrap();
         settle(&mut g, |m| m.to == 3);
     }
     let leader = g.get_mut(&1).unwrap();
@@ -289,9 +289,9 @@ fn a_leader_overtaken_by_the_log_steps_down_instead_of_proposing_into_it() {
     let leader = g.get_mut(&1).unwrap();
     assert_eq!(leader.role(), Role::Leader);
     let overtaken =
-        MessageBody::CatchUp { entries: vec![(1, Value::Batch(vec![b"theirs".to_vec()]))], chosen_up_to: 1 };
+        MessageBody::CatchUp { entries: vec![(1, Value::Batch(vec![b"theirs".to_vec().into()]))], chosen_up_to: 1 };
     leader.step(Message { from: 3, to: 1, body: overtaken });
-    leader.propose(b"ours".to_vec()).unwrap();
+    leader.propose(b"ours".to_vec().into()).unwrap();
     let r = leader.take_ready();
     assert!(
         !r.messages.iter().any(|m| matches!(m.body, MessageBody::Accept { instance: 1, .. })),
@@ -307,17 +307,17 @@ fn one_value_chosen() -> BTreeMap<NodeId, PaxosNode> {
     let mut g = group(3);
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
-    g.get_mut(&1).unwrap().propose(b"x".to_vec()).unwrap();
+    g.get_mut(&1).unwrap().propose(b"x".to_vec().into()).unwrap();
     settle(&mut g, |_| false);
     g.get_mut(&1).unwrap().tick(1_000);
     settle(&mut g, |_| false);
-    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"x".to_vec()])));
+    assert_eq!(g[&3].chosen_value(1), Some(&Value::Batch(vec![b"x".to_vec().into()])));
     g
 }
 
 /// Node 3 is told by node 2 that `value` was chosen at instance 1.
 fn catch_up_at_1(g: &mut BTreeMap<NodeId, PaxosNode>, value: &[u8]) {
-    let entries = vec![(1, Value::Batch(vec![value.to_vec()]))];
+    let entries = vec![(1, Value::Batch(vec![value.to_vec().into()]))];
     g.get_mut(&3).unwrap().step(Message { from: 2, to: 3, body: MessageBody::CatchUp { entries, chosen_up_to: 1 } });
 }
 

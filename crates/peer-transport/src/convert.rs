@@ -29,7 +29,7 @@ fn ballot(b: Option<pb::Ballot>, what: &'static str) -> Result<Ballot, Transport
     b.map(Ballot::from).ok_or(TransportError::MissingField { what })
 }
 
-fn value(bytes: &[u8], what: &'static str) -> Result<Value, TransportError> {
+fn value(bytes: &bytes::Bytes, what: &'static str) -> Result<Value, TransportError> {
     Value::decode(bytes).map_err(|source| TransportError::BadValue { what, source })
 }
 
@@ -47,7 +47,7 @@ impl From<&MessageBody> for Body {
                     .map(|(instance, ballot, value)| pb::PromiseEntry {
                         instance: *instance,
                         ballot: Some((*ballot).into()),
-                        value: value.encode(),
+                        value: value.encode().into(),
                     })
                     .collect(),
                 more: *more,
@@ -58,7 +58,7 @@ impl From<&MessageBody> for Body {
             MessageBody::Accept { ballot, instance, value, chosen_up_to } => Body::Accept(pb::Accept {
                 ballot: Some((*ballot).into()),
                 instance: *instance,
-                value: value.encode(),
+                value: value.encode().into(),
                 chosen_up_to: *chosen_up_to,
             }),
             MessageBody::Accepted { ballot, instance } => {
@@ -73,7 +73,7 @@ impl From<&MessageBody> for Body {
             MessageBody::CatchUp { entries, chosen_up_to } => Body::CatchUp(pb::CatchUp {
                 entries: entries
                     .iter()
-                    .map(|(instance, value)| pb::CatchUpEntry { instance: *instance, value: value.encode() })
+                    .map(|(instance, value)| pb::CatchUpEntry { instance: *instance, value: value.encode().into() })
                     .collect(),
                 chosen_up_to: *chosen_up_to,
             }),
@@ -346,13 +346,13 @@ mod tests {
             body: Some(Body::Accept(pb::Accept {
                 ballot: Some(pb::Ballot::default()),
                 instance: 1,
-                value: vec![],
+                value: bytes::Bytes::new(),
                 chosen_up_to: 0,
             })),
         };
         assert!(matches!(Message::try_from(empty_value), Err(TransportError::BadValue { what: "accept.value", .. })));
         let bad_entry =
-            pb::CatchUp { entries: vec![pb::CatchUpEntry { instance: 1, value: vec![9] }], chosen_up_to: 1 };
+            pb::CatchUp { entries: vec![pb::CatchUpEntry { instance: 1, value: vec![9].into() }], chosen_up_to: 1 };
         assert!(matches!(
             MessageBody::try_from(Body::CatchUp(bad_entry)),
             Err(TransportError::BadValue { what: "catch_up.entries.value", .. })

@@ -44,7 +44,7 @@ fn accept(from: u64, to: u64, instance: u64) -> PeerMessage {
         body: MessageBody::Accept {
             ballot: Ballot::new(3, from),
             instance,
-            value: Value::Batch(vec![instance.to_le_bytes().to_vec()]),
+            value: Value::Batch(vec![instance.to_le_bytes().to_vec().into()]),
             chosen_up_to: instance.saturating_sub(1),
         },
     })
@@ -91,7 +91,10 @@ async fn two_nodes_exchange_every_kind_in_order() {
         MessageBody::Promise {
             ballot: b,
             from_instance: 5,
-            entries: vec![(5, Ballot::CHOSEN, Value::Noop), (6, Ballot::new(6, 2), Value::Batch(vec![vec![1; 10]]))],
+            entries: vec![
+                (5, Ballot::CHOSEN, Value::Noop),
+                (6, Ballot::new(6, 2), Value::Batch(vec![vec![1; 10].into()])),
+            ],
             more: true,
         },
         MessageBody::Nack { rejected: b, promised: Ballot::new(8, 3) },

@@ -1,5 +1,6 @@
 //! The repl-server conformance suite's view of [`ServedBinlog`].
 
+use bytes::Bytes;
 use paxsql_binlog::{Gtid, GtidSet};
 use paxsql_repl_server::conformance::AppendableSource;
 
@@ -14,7 +15,7 @@ fn log_error(e: crate::Error) -> paxsql_repl_server::Error {
 
 impl AppendableSource for ServedBinlog {
     fn append_instance(&self, instance: u64, events: &[u8]) -> paxsql_repl_server::Result<usize> {
-        ServedBinlog::append_instance(self, instance, events).map_err(log_error)
+        ServedBinlog::append_instance(self, instance, Bytes::copy_from_slice(events)).map_err(log_error)
     }
 
     fn restore_base(&self, instance: u64, gtid: Gtid) -> paxsql_repl_server::Result<()> {

@@ -124,16 +124,26 @@ impl Entry {
 
 /// Appends one record to `out`.
 pub(crate) fn encode_record(out: &mut Vec<u8>, instance: u64, flags: u8, payload: &[u8]) {
-    let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&record_header(instance, flags, &[payload]));
+    out.extend_from_slice(payload);
+}
+
+/// The header of a record whose payload is `pieces` back to back (written without joining them first).
+pub(crate) fn record_header(instance: u64, flags: u8, pieces: &[&[u8]]) -> [u8; RECORD_HEADER] {
+    let len = pieces.iter().map(|p| p.len()).sum::<usize>();
+    let len = u32::try_from(len).unwrap_or(u32::MAX);
     let mut h = crc32fast::Hasher::new();
     h.update(&instance.to_le_bytes());
     h.update(&[flags]);
-    h.update(payload);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&h.finalize().to_le_bytes());
-    out.extend_from_slice(&instance.to_le_bytes());
-    out.push(flags);
-    out.extend_from_slice(payload);
+    for p in pieces {
+        h.update(p);
+    }
+    let mut out = [0u8; RECORD_HEADER];
+    out[0..4].copy_from_slice(&len.to_le_bytes());
+    out[4..8].copy_from_slice(&h.finalize().to_le_bytes());
+    out[8..16].copy_from_slice(&instance.to_le_bytes());
+    out[16] = flags;
+    out
 }
 
 /// A record decoded from a buffer.

@@ -78,6 +78,10 @@ pub struct ServedBinlogStats {
 /// server's dumps (see [`EventSource`] for the contract).
 pub struct ServedBinlog {
     cfg: ServedBinlogConfig,
+    /// Held by every change for its whole length (one writer at a time: the node's apply path), so that a change
+    /// can do its file IO (writes, fsyncs, sealing a segment) without holding `inner`, which lookups and dumps
+    /// take: a GTID lookup never waits for the disk.
+    writer: Mutex<()>,
     inner: Mutex<Inner>,
     /// Index of the next transaction; dumps waiting for more subscribe to it.
     next_tx: watch::Sender<u64>,
@@ -168,6 +172,63 @@ struct OpenParts {
     pieces: Vec<(u64, u32, u64)>,
 }
 
+impl OpenParts {
+    /// Adds the next part's bytes: its whole events, after the event the previous part cut (completed from the start
+    /// of this one), go to the segment file as one record; the start of an event this part cuts waits for the next.
+    /// Only that cut event is copied. Returns whether a record was written.
+    fn add(&mut self, instance: u64, last: bool, bytes: &[u8], file: &File, path: &Path) -> Result<bool> {
+        self.next_offset += bytes.len() as u64;
+        let (gtid, at_byte) = (self.gtid, self.next_offset);
+        let corrupt =
+            |what| Error::Corrupt { path: PathBuf::from(format!("transaction {gtid}")), what, offset: at_byte };
+        let mut used = 0;
+        loop {
+            match paxsql_binlog::split_event(&self.carry) {
+                _ if self.carry.is_empty() => break,
+                Ok(_) => break,
+                Err(paxsql_binlog::Error::Incomplete { have, need }) => {
+                    let take = need.saturating_sub(have).min(bytes.len() - used);
+                    if take == 0 {
+                        break;
+                    }
+                    self.carry.extend_from_slice(&bytes[used..used + take]);
+                    used += take;
+                }
+                Err(_) => return Err(corrupt("an event shorter than its header")),
+            }
+        }
+        if !self.carry.is_empty() && paxsql_binlog::split_event(&self.carry).is_err() {
+            // The whole part went into the cut event, which goes on in the next.
+            if last {
+                return Err(corrupt("its last part ends inside an event"));
+            }
+            return Ok(false);
+        }
+        let rest = &bytes[used..];
+        let whole = whole_events_len(rest).map_err(corrupt)?;
+        if last && whole != rest.len() {
+            return Err(corrupt("its last part ends inside an event"));
+        }
+        let len = self.carry.len() + whole;
+        if len == 0 && !last {
+            self.carry = rest.to_vec();
+            return Ok(false);
+        }
+        let flags = if self.pieces.is_empty() { 0 } else { CONTINUES } | if last { END_OF_APPEND } else { 0 };
+        let pieces = [&self.carry[..], &rest[..whole]];
+        let header = segment::record_header(instance, flags, &pieces);
+        let mut at = self.write_at;
+        for piece in std::iter::once(&header[..]).chain(pieces) {
+            file.write_all_at(piece, at).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+            at += piece.len() as u64;
+        }
+        self.pieces.push((self.write_at, len as u32, instance));
+        self.write_at = at;
+        self.carry = rest[whole..].to_vec();
+        Ok(true)
+    }
+}
+
 /// Sealed segments whose entries stay loaded at once (a replica catching up reads one at a time).
 const LOADED_SEALED: usize = 2;
 
@@ -247,6 +308,7 @@ impl ServedBinlog {
         );
         Ok(ServedBinlog {
             cfg,
+            writer: Mutex::new(()),
             inner: Mutex::new(inner),
             next_tx: watch::channel(next_index).0,
             lookups: Mutex::new(Vec::new()),
@@ -269,18 +331,24 @@ impl ServedBinlog {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Appends transactions chosen in Paxos instance `instance` (their events back to back, as the log holds
     /// them): one `AppendBinlog` command, so a batched instance is appended once per command. A replay after a
     /// restart is skipped: an instance below the last one held, or the last one's commands already held (an append
     /// is written whole or cut off at open, so a command is held whole or not at all). Returns how many
-    /// transactions were added. Nothing is added if any transaction is malformed or out of GTID order.
-    pub fn append_instance(&self, instance: u64, events: &[u8]) -> Result<usize> {
-        let (added, next_index) = {
-            let mut inner = self.lock();
+    /// transactions were added. Nothing is added if any transaction is malformed or out of GTID order. The cache
+    /// keeps slices of `events` (the chosen value's buffer), not a copy.
+    pub fn append_instance(&self, instance: u64, events: Bytes) -> Result<usize> {
+        let _writer = self.writer();
+        let (trxs, last, file, path, at) = {
+            let inner = self.lock();
             if instance < inner.last_instance {
                 return Ok(0);
             }
-            let trxs = split_transactions(Bytes::copy_from_slice(events))?;
+            let trxs = split_transactions(events)?;
             if instance == inner.last_instance && trxs.iter().all(|(_, t)| inner.last.contains(&t.gtid)) {
                 return Ok(0);
             }
@@ -293,14 +361,22 @@ impl ServedBinlog {
                 }
                 last.set(t.gtid);
             }
-            let before = std::mem::replace(&mut inner.last, last);
-            let added = trxs.len();
-            if let Err(e) = inner.write_records(instance, trxs, &self.cfg) {
-                inner.last = before;
-                return Err(e);
-            }
-            (added, inner.next_index)
+            let active = inner.active();
+            (trxs, last, active.file.clone(), active.path.clone(), active.data_end)
         };
+        // Past the active segment's end, which readers do not go beyond until `publish`.
+        let mut buf = Vec::with_capacity(trxs.iter().map(|(p, _)| p.len() + RECORD_HEADER).sum());
+        let n = trxs.len();
+        for (i, (payload, _)) in trxs.iter().enumerate() {
+            let flags = if i + 1 == n { END_OF_APPEND } else { 0 };
+            encode_record(&mut buf, instance, flags, payload);
+        }
+        file.write_all_at(&buf, at).map_err(|source| Error::Io { path, source })?;
+        let added = trxs.len();
+        let (next_index, seal) = self.lock().publish(instance, trxs, last, at, buf.len() as u64, &self.cfg);
+        if seal {
+            self.roll();
+        }
         self.next_tx.send_replace(next_index);
         Ok(added)
     }
@@ -310,7 +386,8 @@ impl ServedBinlog {
     /// the transaction enters the log, and replicas see it, only with the part flagged `last`. A replay of parts
     /// already held is skipped. Returns whether the transaction is now in the log.
     pub fn append_part(&self, instance: u64, gtid: Gtid, offset: u64, last: bool, bytes: &[u8]) -> Result<bool> {
-        let next_index = {
+        let _writer = self.writer();
+        let (mut open, file, path) = {
             let mut inner = self.lock();
             if inner.last.contains(&gtid) {
                 return Ok(false);
@@ -336,43 +413,34 @@ impl ServedBinlog {
                 Some(o) if o.gtid == gtid && offset < o.next_offset => return Ok(false),
                 other => return Err(out_of_order(other)),
             }
-            let Some(open) = inner.open.as_mut() else { unreachable!("matched above") };
-            open.carry.extend_from_slice(bytes);
-            open.next_offset += bytes.len() as u64;
-            let corrupt =
-                |what, offset| Error::Corrupt { path: PathBuf::from(format!("transaction {gtid}")), what, offset };
-            let whole = whole_events_len(&open.carry).map_err(|what| corrupt(what, open.next_offset))?;
-            if last && whole != open.carry.len() {
-                return Err(corrupt("its last part ends inside an event", open.next_offset));
-            }
-            if whole > 0 || last {
-                let flags = if open.pieces.is_empty() { 0 } else { CONTINUES } | if last { END_OF_APPEND } else { 0 };
-                let mut record = Vec::with_capacity(RECORD_HEADER + whole);
-                encode_record(&mut record, instance, flags, &open.carry[..whole]);
-                let at = open.write_at;
-                let active = inner.segments.back().expect("the served binlog always has an active segment");
-                active
-                    .file
-                    .write_all_at(&record, at)
-                    .map_err(|source| Error::Io { path: active.path.clone(), source })?;
-                let Some(open) = inner.open.as_mut() else { unreachable!("matched above") };
-                open.carry.drain(..whole);
-                open.pieces.push((at, whole as u32, instance));
-                open.write_at = at + record.len() as u64;
-                inner.unsynced = true;
-            }
-            if !last {
-                return Ok(false);
-            }
-            inner.close_parts(&self.cfg);
-            inner.next_index
+            let Some(open) = inner.open.take() else { unreachable!("matched above") };
+            let active = inner.active();
+            (open, active.file.clone(), active.path.clone())
         };
+        // The piece goes to the file outside the state lock (readers never go past the indexed end of the segment);
+        // meanwhile the open transaction is the writer's alone.
+        let added = open.add(instance, last, bytes, &file, &path);
+        let mut inner = self.lock();
+        inner.open = Some(open);
+        if added? {
+            inner.unsynced = true;
+        }
+        if !last {
+            return Ok(false);
+        }
+        let seal = inner.close_parts(&self.cfg);
+        let next_index = inner.next_index;
+        drop(inner);
+        if seal {
+            self.roll();
+        }
         self.next_tx.send_replace(next_index);
         Ok(true)
     }
 
     /// The parts received of the open transaction are void (its master's term ended before its last part).
     pub fn drop_parts(&self) -> Result<()> {
+        let _writer = self.writer();
         self.lock().drop_parts()
     }
 
@@ -382,6 +450,7 @@ impl ServedBinlog {
     /// it: it is discarded and the log restarts after `gtid`, so a replica behind it is sent to a rebuild instead of
     /// being served across the gap.
     pub fn restore_base(&self, instance: u64, gtid: Option<Gtid>) -> Result<()> {
+        let _writer = self.writer();
         let next = {
             let mut inner = self.lock();
             if inner.last_instance >= instance {
@@ -433,13 +502,68 @@ impl ServedBinlog {
     /// Makes every appended transaction durable. The node calls it before the Paxos log drops instances, so the
     /// replay after a crash always covers what this log may have lost.
     pub fn sync(&self) -> Result<()> {
-        let mut inner = self.lock();
-        if !inner.unsynced {
-            return Ok(());
+        let _writer = self.writer();
+        let (file, path) = {
+            let inner = self.lock();
+            if !inner.unsynced {
+                return Ok(());
+            }
+            (inner.active().file.clone(), inner.active().path.clone())
+        };
+        file.sync_data().map_err(|source| Error::Io { path, source })?;
+        // Nothing was written meanwhile: the writer lock is held.
+        self.lock().unsynced = false;
+        Ok(())
+    }
+
+    /// Seals the active segment (synced, indexed) and starts the next one, then applies retention. The caller holds
+    /// the writer lock (nothing is appended meanwhile); the fsyncs and file writes run outside the state lock. A
+    /// failure leaves the segment active, to be sealed after a later append.
+    fn roll(&self) {
+        if let Err(e) = self.try_roll() {
+            tracing::error!(error = %e, "served binlog cannot seal its active segment");
         }
-        let active = inner.active();
-        active.file.sync_data().map_err(|source| Error::Io { path: active.path.clone(), source })?;
-        inner.unsynced = false;
+    }
+
+    fn try_roll(&self) -> Result<()> {
+        let (dir, file, path, summary, entries, next) = {
+            let inner = self.lock();
+            let active = inner.active();
+            let next = SegmentHeader {
+                first_index: inner.next_index,
+                prev_instance: inner.last_instance,
+                prev: inner.last.iter().copied().collect(),
+            };
+            let entries = active.entries.clone().unwrap_or_default();
+            (inner.dir.clone(), active.file.clone(), active.path.clone(), active.summary(), entries, next)
+        };
+        // The sealed segment's records are durable before the next segment exists: after a crash, every segment
+        // but the last ends where the next one starts.
+        file.sync_data().map_err(|source| Error::Io { path, source })?;
+        segment::write_index(&dir, &summary, &entries)?;
+        let (_, entries_at) = segment::read_summary(&dir, summary.first_index)?;
+        let seg = create_segment(&dir, next)?;
+        let purged = {
+            let mut inner = self.lock();
+            let active = inner.active_mut();
+            active.sealed_at = Some(SystemTime::now());
+            active.entries_at = entries_at;
+            inner.unsynced = false;
+            inner.disk_bytes += seg.data_end;
+            inner.segments.push_back(seg);
+            inner.loaded.push_back(summary.first_index);
+            inner.unload_beyond(LOADED_SEALED);
+            inner.purge(&self.cfg)
+        };
+        // A dump still reading a purged segment keeps its open file.
+        for s in purged {
+            remove_segment_files(&dir, &s);
+            tracing::info!(
+                first_index = s.header.first_index,
+                transactions = s.count,
+                "served binlog purged a segment"
+            );
+        }
         Ok(())
     }
 
@@ -498,21 +622,17 @@ impl Inner {
         self.segments.front().map_or(&[], |s| &s.header.prev)
     }
 
-    fn write_records(
+    /// Records written at `at` (`len` bytes, past the active segment's end) enter the index and the cache. Returns
+    /// the next index and whether the active segment is now due to be sealed.
+    fn publish(
         &mut self,
         instance: u64,
         trxs: Vec<(Bytes, Transaction)>,
+        last: GtidSet,
+        at: u64,
+        len: u64,
         cfg: &ServedBinlogConfig,
-    ) -> Result<()> {
-        let mut buf = Vec::with_capacity(trxs.iter().map(|(p, _)| p.len() + RECORD_HEADER).sum());
-        let n = trxs.len();
-        for (i, (payload, _)) in trxs.iter().enumerate() {
-            let flags = if i + 1 == n { END_OF_APPEND } else { 0 };
-            encode_record(&mut buf, instance, flags, payload);
-        }
-        let active = self.active();
-        let at = active.data_end;
-        active.file.write_all_at(&buf, at).map_err(|source| Error::Io { path: active.path.clone(), source })?;
+    ) -> (u64, bool) {
         self.unsynced = true;
         let mut offset = at;
         for (payload, t) in trxs {
@@ -523,16 +643,11 @@ impl Inner {
             self.cache_bytes += t.byte_len();
             self.cache.push_back(Arc::new(t));
         }
+        self.last = last;
         self.last_instance = instance;
-        self.disk_bytes += buf.len() as u64;
+        self.disk_bytes += len;
         self.trim_cache(cfg.cache_bytes);
-        if self.active().data_end >= cfg.segment_bytes {
-            // The records are in: a seal that fails (disk full) leaves the segment active, tried again next time.
-            if let Err(e) = self.roll(cfg) {
-                tracing::error!(error = %e, "served binlog cannot seal its active segment");
-            }
-        }
-        Ok(())
+        (self.next_index, self.active().data_end >= cfg.segment_bytes)
     }
 
     /// Forgets the open transaction's pieces and cuts them off the segment file: no crash leaves them to be taken
@@ -546,9 +661,10 @@ impl Inner {
     }
 
     /// The open transaction's last piece is written: its pieces enter the index (one entry each, all with its
-    /// GTID) and replicas may read it. The cache restarts after it: its pieces are read from disk.
-    fn close_parts(&mut self, cfg: &ServedBinlogConfig) {
-        let Some(open) = self.open.take() else { return };
+    /// GTID) and replicas may read it. The cache restarts after it: its pieces are read from disk. Returns whether
+    /// the active segment is now due to be sealed.
+    fn close_parts(&mut self, cfg: &ServedBinlogConfig) -> bool {
+        let Some(open) = self.open.take() else { return false };
         for (offset, len, instance) in open.pieces {
             let entry = Entry { offset, len, instance, gtid: open.gtid };
             self.disk_bytes += entry.end() - offset;
@@ -560,11 +676,7 @@ impl Inner {
         self.cache.clear();
         self.cache_bytes = 0;
         self.cache_first = self.next_index;
-        if self.active().data_end >= cfg.segment_bytes {
-            if let Err(e) = self.roll(cfg) {
-                tracing::error!(error = %e, "served binlog cannot seal its active segment");
-            }
-        }
+        self.active().data_end >= cfg.segment_bytes
     }
 
     fn trim_cache(&mut self, limit: usize) {
@@ -576,35 +688,10 @@ impl Inner {
         }
     }
 
-    /// Seals the active segment (synced, indexed) and starts the next one, then applies retention.
-    fn roll(&mut self, cfg: &ServedBinlogConfig) -> Result<()> {
-        let dir = self.dir.clone();
-        let next = SegmentHeader {
-            first_index: self.next_index,
-            prev_instance: self.last_instance,
-            prev: self.last.iter().copied().collect(),
-        };
-        let active = self.active_mut();
-        active.file.sync_data().map_err(|source| Error::Io { path: active.path.clone(), source })?;
-        let entries = active.entries.clone().unwrap_or_default();
-        segment::write_index(&dir, &active.summary(), &entries)?;
-        active.sealed_at = Some(SystemTime::now());
-        let (_, entries_at) = segment::read_summary(&dir, active.header.first_index)?;
-        active.entries_at = entries_at;
-        let sealed = active.header.first_index;
-        self.unsynced = false;
-        let seg = create_segment(&dir, next)?;
-        self.disk_bytes += seg.data_end;
-        self.segments.push_back(seg);
-        self.loaded.push_back(sealed);
-        self.unload_beyond(LOADED_SEALED);
-        self.purge(cfg);
-        Ok(())
-    }
-
-    /// Removes the oldest sealed segments beyond the retention limits.
-    fn purge(&mut self, cfg: &ServedBinlogConfig) {
+    /// Takes the oldest sealed segments beyond the retention limits out of the log; the caller removes their files.
+    fn purge(&mut self, cfg: &ServedBinlogConfig) -> Vec<Segment> {
         let now = SystemTime::now();
+        let mut purged = Vec::new();
         while self.segments.len() > 1 {
             let Some(oldest) = self.segments.front() else { break };
             let too_old = match (cfg.retain_time, oldest.sealed_at) {
@@ -616,16 +703,12 @@ impl Inner {
             }
             // The next segment's header names the GTIDs before it: the log's new base.
             if let Some(s) = self.segments.pop_front() {
-                remove_segment_files(&self.dir, &s);
                 self.disk_bytes -= s.data_end;
                 self.loaded.retain(|f| *f != s.header.first_index);
-                tracing::info!(
-                    first_index = s.header.first_index,
-                    transactions = s.count,
-                    "served binlog purged a segment"
-                );
+                purged.push(s);
             }
         }
+        purged
     }
 
     /// Drops the entries of sealed segments used least recently beyond `keep` (the active segment's stay).

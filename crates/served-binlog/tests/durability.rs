@@ -26,7 +26,7 @@ fn events(i: u64) -> Vec<u8> {
 
 fn fill(log: &ServedBinlog, instances: std::ops::RangeInclusive<u64>) {
     for i in instances {
-        log.append_instance(i, &events(i)).unwrap();
+        log.append_instance(i, events(i).into()).unwrap();
     }
 }
 
@@ -68,7 +68,7 @@ fn a_restart_serves_the_same_log_and_skips_the_replay() {
     assert_eq!(log.last_instance(), 300);
     // The Paxos log's replay after a restart hands back instances already held: nothing is added twice.
     for i in 250..=300 {
-        assert_eq!(log.append_instance(i, &events(i)).unwrap(), 0);
+        assert_eq!(log.append_instance(i, events(i).into()).unwrap(), 0);
     }
     fill(&log, 301..=320);
     assert_eq!(all_seqs(&log), (1..=320).collect::<Vec<_>>());
@@ -86,13 +86,13 @@ fn a_torn_tail_is_cut_to_the_last_whole_instance_and_the_replay_refills_it() {
     for s in 41..=43 {
         group.extend(events(s));
     }
-    log.append_instance(41, &group).unwrap();
+    log.append_instance(41, group.clone().into()).unwrap();
     drop(log);
     let active = cut_active_segment(dir.path(), 100);
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
     assert_eq!(*all_seqs(&log).last().unwrap(), 40, "the whole cut instance is gone, not a part of it");
     assert_eq!(log.last_instance(), 40);
-    log.append_instance(41, &group).unwrap();
+    log.append_instance(41, group.clone().into()).unwrap();
     assert_eq!(all_seqs(&log), (1..=43).collect::<Vec<_>>());
 
     // Garbage after the last record (a write that reached the disk as zeros or noise) is cut too.
@@ -111,21 +111,21 @@ fn a_batched_instance_survives_a_torn_second_command_and_its_replay_adds_each_co
     fill(&log, 1..=20);
     // Instance 21 batches two AppendBinlog commands: 0-1-21 and 0-1-22..23.
     let second = [events(22), events(23)].concat();
-    assert_eq!(log.append_instance(21, &events(21)).unwrap(), 1);
-    assert_eq!(log.append_instance(21, &second).unwrap(), 2);
+    assert_eq!(log.append_instance(21, events(21).into()).unwrap(), 1);
+    assert_eq!(log.append_instance(21, second.clone().into()).unwrap(), 2);
     drop(log);
     // A restart replays both commands of the last instance: nothing is added twice.
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
-    assert_eq!(log.append_instance(21, &events(21)).unwrap(), 0);
-    assert_eq!(log.append_instance(21, &second).unwrap(), 0);
+    assert_eq!(log.append_instance(21, events(21).into()).unwrap(), 0);
+    assert_eq!(log.append_instance(21, second.clone().into()).unwrap(), 0);
     assert_eq!(all_seqs(&log), (1..=23).collect::<Vec<_>>());
     drop(log);
     // The second command's write torn: the first stays, the replay adds the second.
     cut_active_segment(dir.path(), 30);
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
     assert_eq!(*all_seqs(&log).last().unwrap(), 21);
-    assert_eq!(log.append_instance(21, &events(21)).unwrap(), 0);
-    assert_eq!(log.append_instance(21, &second).unwrap(), 2);
+    assert_eq!(log.append_instance(21, events(21).into()).unwrap(), 0);
+    assert_eq!(log.append_instance(21, second.clone().into()).unwrap(), 2);
     assert_eq!(all_seqs(&log), (1..=23).collect::<Vec<_>>());
     fill(&log, 24..=25);
     assert_eq!(all_seqs(&log), (1..=25).collect::<Vec<_>>());
@@ -206,13 +206,13 @@ fn a_snapshot_base_after_a_gap_discards_the_old_history_and_one_after_renewals_k
     // Instances 51..=60 were lease renewals: the snapshot's last GTID is still ours.
     log.restore_base(60, Some(Gtid::new(0, 1, 50))).unwrap();
     assert_eq!(all_seqs(&log).len(), 50);
-    log.append_instance(61, &transaction_events(Gtid::new(0, 1, 51), 10)).unwrap();
+    log.append_instance(61, transaction_events(Gtid::new(0, 1, 51), 10).into()).unwrap();
     // The log lost its tail while the Paxos log compacted past it: serving across the gap would skip transactions.
     log.restore_base(100, Some(Gtid::new(0, 1, 80))).unwrap();
     assert!(all_seqs(&log).is_empty());
     assert!(matches!(log.locate(&pos("0-1-51")), Err(paxsql_repl_server::Error::GtidPurged { .. })));
     assert!(log.holds(&pos("0-1-80")));
-    log.append_instance(101, &transaction_events(Gtid::new(0, 1, 81), 10)).unwrap();
+    log.append_instance(101, transaction_events(Gtid::new(0, 1, 81), 10).into()).unwrap();
     drop(log);
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
     assert_eq!(all_seqs(&log), [81]);
@@ -228,7 +228,7 @@ fn kill_9_during_appends_and_purges_leaves_a_prefix_the_replay_completes() {
         let log = ServedBinlog::open(c).unwrap();
         let from = log.last_instance() + 1;
         for i in from..from + 1_000_000 {
-            log.append_instance(i, &events(i)).unwrap();
+            log.append_instance(i, events(i).into()).unwrap();
         }
         return;
     }

@@ -61,7 +61,7 @@ fn send_parts(log: &ServedBinlog, gtid: Gtid, bytes: &[u8], part: usize, first: 
 fn a_transaction_in_parts_is_served_whole_only_after_its_last_part_and_survives_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
-    log.append_instance(1, &transaction_events(Gtid::new(0, 1, 1), 100)).unwrap();
+    log.append_instance(1, transaction_events(Gtid::new(0, 1, 1), 100).into()).unwrap();
     let trx = big(Gtid::new(0, 1, 2), 400, 300); // ~130 KB: many segments' worth, pieces of 10 KB
     let next = send_parts(&log, Gtid::new(0, 1, 2), &trx, 10_007, 2, 1);
     assert_eq!(served(&log).len(), 1, "nothing of it before its last part");
@@ -69,7 +69,7 @@ fn a_transaction_in_parts_is_served_whole_only_after_its_last_part_and_survives_
     let last_part = trx.chunks(10_007).last().unwrap();
     let offset = (trx.len() - last_part.len()) as u64;
     assert!(log.append_part(next, Gtid::new(0, 1, 2), offset, true, last_part).unwrap());
-    log.append_instance(next + 1, &transaction_events(Gtid::new(0, 1, 3), 100)).unwrap();
+    log.append_instance(next + 1, transaction_events(Gtid::new(0, 1, 3), 100).into()).unwrap();
     let want = |s: &[(u64, Vec<u8>)]| {
         assert_eq!(s.iter().map(|(q, _)| *q).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert!(s[1].1 == trx, "transaction 2 is served byte for byte ({} vs {} bytes)", s[1].1.len(), trx.len());
@@ -92,13 +92,13 @@ fn a_transaction_in_parts_is_served_whole_only_after_its_last_part_and_survives_
 fn parts_dropped_by_a_master_change_leave_nothing_and_the_sequence_number_is_taken_again() {
     let dir = tempfile::tempdir().unwrap();
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
-    log.append_instance(1, &transaction_events(Gtid::new(0, 1, 1), 100)).unwrap();
+    log.append_instance(1, transaction_events(Gtid::new(0, 1, 1), 100).into()).unwrap();
     let trx = big(Gtid::new(0, 1, 2), 100, 300);
     send_parts(&log, Gtid::new(0, 1, 2), &trx, 5_000, 2, 2);
     log.drop_parts().unwrap();
     // The next master's transaction 2, whole.
     let other = transaction_events(Gtid::new(0, 2, 2), 50);
-    log.append_instance(20, &other).unwrap();
+    log.append_instance(20, other.clone().into()).unwrap();
     let s = served(&log);
     assert_eq!(s.iter().map(|(q, _)| *q).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(s[1].1, other);
@@ -111,7 +111,7 @@ fn parts_dropped_by_a_master_change_leave_nothing_and_the_sequence_number_is_tak
 fn a_crash_between_two_parts_leaves_the_log_without_the_transaction_and_the_replay_completes_it() {
     let dir = tempfile::tempdir().unwrap();
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
-    log.append_instance(1, &transaction_events(Gtid::new(0, 1, 1), 100)).unwrap();
+    log.append_instance(1, transaction_events(Gtid::new(0, 1, 1), 100).into()).unwrap();
     let trx = big(Gtid::new(0, 1, 2), 200, 300);
     send_parts(&log, Gtid::new(0, 1, 2), &trx, 7_000, 2, 3);
     log.sync().unwrap();
@@ -129,7 +129,7 @@ fn a_crash_between_two_parts_leaves_the_log_without_the_transaction_and_the_repl
 fn parts_out_of_order_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let log = ServedBinlog::open(cfg(dir.path())).unwrap();
-    log.append_instance(1, &transaction_events(Gtid::new(0, 1, 1), 100)).unwrap();
+    log.append_instance(1, transaction_events(Gtid::new(0, 1, 1), 100).into()).unwrap();
     let trx = big(Gtid::new(0, 1, 2), 50, 300);
     assert!(log.append_part(2, Gtid::new(0, 1, 2), 100, false, &trx[100..200]).is_err(), "no first part");
     assert!(log.append_part(2, Gtid::new(0, 1, 3), 0, false, &trx[..100]).is_err(), "a GTID gap");

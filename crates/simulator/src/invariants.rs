@@ -161,7 +161,7 @@ impl Checker {
                     master_version: 0,
                     gtid_first: *gtid,
                     last_seq: gtid.seq_no,
-                    events: held,
+                    events: held.into(),
                 };
                 return self.applied(at_ms, node, &whole);
             }
@@ -194,7 +194,7 @@ impl Checker {
                         }
                         Some(_) => {}
                         None => {
-                            self.gtid_log.insert(seq, events.clone());
+                            self.gtid_log.insert(seq, events.to_vec());
                         }
                     }
                 }

@@ -21,17 +21,35 @@ use paxsql_paxos::Bug;
 /// An assertion of the code under test that fires (the Paxos core asserts what must never happen) is a violation of
 /// that seed like any other, reported with its seed instead of ending the sweep.
 pub fn run_seed(seed: u64, bug: Option<Bug>, trace: bool) -> Outcome {
-    run_seed_with(seed, bug, trace, true)
+    run_seed_with(seed, Variant { bug, ..Variant::default() }, trace)
 }
 
-/// [`run_seed`] choosing whether every fourth seed (seed % 4 == 1) keeps one member down for good from the heal on
-/// ([`FaultPlan::lasting_outage`]): the rest must elect a master, take writes and converge. On in [`run_seed`] and
-/// [`sweep`]; off reproduces a plan as it was before the outages were added.
-pub fn run_seed_with(seed: u64, bug: Option<Bug>, trace: bool, lasting_outages: bool) -> Outcome {
+/// What a run changes of its seed's plan.
+#[derive(Clone, Copy, Debug)]
+pub struct Variant {
+    /// A deliberately broken Paxos core.
+    pub bug: Option<Bug>,
+    /// A deliberately broken master client ([`FaultPlan::ack_by_seq_only`]).
+    pub ack_by_seq_only: bool,
+    /// Whether every fourth seed (seed % 4 == 1) keeps one member down for good from the heal on
+    /// ([`FaultPlan::lasting_outage`]): the rest must elect a master, take writes and converge. On by default;
+    /// off reproduces a plan as it was before the outages were added.
+    pub lasting_outages: bool,
+}
+
+impl Default for Variant {
+    fn default() -> Self {
+        Variant { bug: None, ack_by_seq_only: false, lasting_outages: true }
+    }
+}
+
+/// [`run_seed`] with any [`Variant`].
+pub fn run_seed_with(seed: u64, variant: Variant, trace: bool) -> Outcome {
     let mut plan = FaultPlan::from_seed(seed);
-    plan.bug = bug;
+    plan.bug = variant.bug;
+    plan.ack_by_seq_only = variant.ack_by_seq_only;
     // From the seed itself, not the plan's RNG: every other parameter of a seed stays what it was.
-    plan.lasting_outage = lasting_outages && seed % 4 == 1;
+    plan.lasting_outage = variant.lasting_outages && seed % 4 == 1;
     let kept = plan.clone();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Simulation::new(plan, trace).run())) {
         Ok(outcome) => outcome,
@@ -75,18 +93,11 @@ impl SweepReport {
 
 /// Runs `count` seeds from `start` on `threads` threads.
 pub fn sweep(start: u64, count: u64, threads: usize, bug: Option<Bug>, stop_at_first: bool) -> SweepReport {
-    sweep_with(start, count, threads, bug, stop_at_first, true)
+    sweep_with(start, count, threads, Variant { bug, ..Variant::default() }, stop_at_first)
 }
 
-/// [`sweep`] with [`run_seed_with`]'s lasting outages.
-pub fn sweep_with(
-    start: u64,
-    count: u64,
-    threads: usize,
-    bug: Option<Bug>,
-    stop_at_first: bool,
-    lasting_outages: bool,
-) -> SweepReport {
+/// [`sweep`] with any [`Variant`].
+pub fn sweep_with(start: u64, count: u64, threads: usize, variant: Variant, stop_at_first: bool) -> SweepReport {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Mutex;
     let next = AtomicU64::new(start);
@@ -102,7 +113,7 @@ pub fn sweep_with(
                 if seed >= start + count {
                     return;
                 }
-                let outcome = run_seed_with(seed, bug, false, lasting_outages);
+                let outcome = run_seed_with(seed, variant, false);
                 let failed = outcome.violation.is_some();
                 if failed && stop_at_first {
                     stop.store(true, Ordering::Relaxed);

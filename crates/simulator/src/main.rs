@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use paxsql_paxos::Bug;
-use paxsql_simulator::{run_seed_with, sweep_with};
+use paxsql_simulator::{run_seed_with, sweep_with, Variant};
 
 #[derive(Parser)]
 #[command(about = "Deterministic simulator of paxsql's Paxos core, global log and master lease")]
@@ -23,7 +23,8 @@ struct Args {
     threads: usize,
     #[arg(long)]
     trace: bool,
-    /// Run a deliberately broken variant: ignore-promised-values, accept-without-promise.
+    /// Run a deliberately broken variant: ignore-promised-values, accept-without-promise (Paxos core),
+    /// ack-by-seq-only (the master acknowledges by GTID alone, whatever transaction the log took there).
     #[arg(long)]
     bug: Option<String>,
     /// Leave out the lasting outages (by default every fourth seed keeps one member down for good from the heal
@@ -34,22 +35,23 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let bug = match args.bug.as_deref() {
-        None => None,
-        Some("ignore-promised-values") => Some(Bug::IgnorePromisedValues),
-        Some("accept-without-promise") => Some(Bug::AcceptWithoutPromise),
+    let mut variant = Variant { lasting_outages: !args.no_lasting_outages, ..Variant::default() };
+    match args.bug.as_deref() {
+        None => {}
+        Some("ignore-promised-values") => variant.bug = Some(Bug::IgnorePromisedValues),
+        Some("accept-without-promise") => variant.bug = Some(Bug::AcceptWithoutPromise),
+        Some("ack-by-seq-only") => variant.ack_by_seq_only = true,
         Some(other) => {
-            eprintln!("unknown --bug {other}; known: ignore-promised-values, accept-without-promise");
+            eprintln!("unknown --bug {other}; known: ignore-promised-values, accept-without-promise, ack-by-seq-only");
             return ExitCode::from(2);
         }
-    };
+    }
     let mut bug_flag = args.bug.as_ref().map(|b| format!(" --bug {b}")).unwrap_or_default();
-    let lasting_outages = !args.no_lasting_outages;
-    if !lasting_outages {
+    if !variant.lasting_outages {
         bug_flag += " --no-lasting-outages";
     }
     if let Some(seed) = args.seed {
-        let out = run_seed_with(seed, bug, args.trace, lasting_outages);
+        let out = run_seed_with(seed, variant, args.trace);
         println!("{}", out.plan.describe());
         for line in &out.trace {
             println!("{line}");
@@ -68,7 +70,7 @@ fn main() -> ExitCode {
     }
     let count = args.seeds.unwrap_or(1000);
     let started = Instant::now();
-    let report = sweep_with(args.start, count, args.threads, bug, false, lasting_outages);
+    let report = sweep_with(args.start, count, args.threads, variant, false);
     let secs = started.elapsed().as_secs_f64();
     for f in &report.failures {
         if let Some(v) = &f.violation {
@@ -105,8 +107,9 @@ fn main() -> ExitCode {
     let ((p50, _), (p99, _), (p999, _), (max, slowest)) = (q(0.5), q(0.99), q(0.999), q(1.0));
     println!("recovery after healing: p50 {p50} ms, p99 {p99} ms, p99.9 {p999} ms, max {max} ms (seed {slowest})");
     println!(
-        "transactions in parts: {} acknowledged, {} dropped part-way by a master change (per node applying it)",
-        t.parted_transactions, t.parts_dropped
+        "transactions in parts: {} acknowledged, {} dropped part-way by a master change (per node applying it); {} \
+         proposals never acknowledged because the log took another transaction of the term at their seq_no",
+        t.parted_transactions, t.parts_dropped, t.not_acknowledged
     );
     println!("{} seeds from {} in {secs:.1} s: {} violations", report.ran, args.start, report.failures.len());
     if report.failures.is_empty() {

@@ -48,6 +48,9 @@ pub struct FaultPlan {
     /// Bytes of chosen values a member keeps in memory (small, so laggards are caught up from storage).
     pub chosen_cache_bytes: usize,
     pub bug: Option<Bug>,
+    /// A deliberately broken master client (not a Paxos bug): it acknowledges its transaction at a seq_no of its
+    /// term whatever transaction the log took there, as a capture matching by GTID alone would.
+    pub ack_by_seq_only: bool,
 }
 
 impl FaultPlan {
@@ -85,6 +88,7 @@ impl FaultPlan {
             snapshot_every: rng.gen_range(20..200),
             chosen_cache_bytes: *[300usize, 3_000, 32 << 20].get(rng.gen_range(0..3)).unwrap_or(&3_000),
             bug: None,
+            ack_by_seq_only: false,
         }
     }
 
@@ -92,7 +96,7 @@ impl FaultPlan {
         format!(
             "seed={} nodes={} loss={:.3} dup={:.3} delay={}..{}ms fsync={}..{}ms partitions={} asymmetric={} \
              crashes={} clock_rate_error={:.4} membership_changes={} faults_for={}ms chaos_every={}ms \
-             lasting_outage={} in_flight={} batching={} snapshot_every={} chosen_cache_bytes={}{}",
+             lasting_outage={} in_flight={} batching={} snapshot_every={} chosen_cache_bytes={}{}{}",
             self.seed,
             self.nodes,
             self.loss,
@@ -114,6 +118,7 @@ impl FaultPlan {
             self.snapshot_every,
             self.chosen_cache_bytes,
             self.bug.map(|b| format!(" bug={b:?}")).unwrap_or_default(),
+            if self.ack_by_seq_only { " bug=ack-by-seq-only" } else { "" },
         )
     }
 }

@@ -46,6 +46,11 @@ struct SimNode {
     next_seq: u64,
     /// The term its client serves in without a break, 0 after it saw its lease lapse.
     term_of_next_seq: u64,
+    /// Stretches of serving (a lapse of the lease ends one, as a demotion does in the daemon): in each payload, so
+    /// a transaction proposed again after a lapse differs from the one proposed before it, as MariaDB's would.
+    epoch: u64,
+    /// What its client proposed in this stretch and waits on, by seq_no: the term and the transaction's bytes.
+    proposed: BTreeMap<u64, (u64, Vec<u8>)>,
 }
 
 /// Summary of a finished run.
@@ -71,6 +76,9 @@ pub struct Stats {
     /// change before their last part.
     pub parted_transactions: u64,
     pub parts_dropped: u64,
+    /// Transactions a master proposed whose seq_no the log took with another transaction of the same term (a
+    /// proposal from before a lapse of its lease, chosen after it): never acknowledged.
+    pub not_acknowledged: u64,
     /// Runs in which one member stayed down for good after the heal.
     pub lasting_outages: u64,
     pub sim_ms: u64,
@@ -94,6 +102,7 @@ impl Stats {
         self.storage_catch_ups += o.storage_catch_ups;
         self.parted_transactions += o.parted_transactions;
         self.parts_dropped += o.parts_dropped;
+        self.not_acknowledged += o.not_acknowledged;
         self.lasting_outages += o.lasting_outages;
         self.sim_ms += o.sim_ms;
         self.liveness_ms = match (self.liveness_ms, o.liveness_ms) {
@@ -153,6 +162,8 @@ impl Simulation {
                     clock_rate: rate,
                     next_seq: 0,
                     term_of_next_seq: 0,
+                    epoch: 0,
+                    proposed: BTreeMap::new(),
                 },
             );
         }
@@ -239,6 +250,7 @@ impl Simulation {
         sn.node = Some(node);
         sn.incarnation += 1;
         sn.next_seq = 0;
+        sn.proposed.clear();
         self.checker.node_reset(id, applied, last_gtid);
         self.checker.replayed_parts(id, &replayed);
         let jitter = self.rng.gen_range(0..TICK_MS);
@@ -448,6 +460,10 @@ impl Simulation {
             // As the node's role controller does: a lapsed lease demotes the database, whose recovery drops the
             // un-acknowledged tail, so a later lease (even of the same term) starts again from the log.
             let Some(term) = node.master_term(now) else {
+                if sn.term_of_next_seq != 0 {
+                    sn.epoch += 1;
+                    sn.proposed.clear();
+                }
                 sn.term_of_next_seq = 0;
                 continue;
             };
@@ -457,72 +473,83 @@ impl Simulation {
             if sn.term_of_next_seq != term {
                 sn.next_seq = 0;
                 sn.term_of_next_seq = term;
+                sn.epoch += 1;
+                sn.proposed.clear();
             }
             let from_log = node.state().last_gtid.map_or(1, |g| g.seq_no + 1);
             let seq = sn.next_seq.max(from_log);
-            // The incarnation in the payload lets only the process that proposed it acknowledge it: a restarted
+            // The client acknowledges only what it proposed itself in this stretch (`proposed`): a restarted
             // master's clients are gone, as MariaDB's waiting sessions are after a crash.
-            let payload = format!("n{id}:i{}:v{term}:s{seq}", sn.incarnation).into_bytes();
+            let payload = format!("n{id}:i{}:e{}:v{term}:s{seq}", sn.incarnation, sn.epoch).into_bytes();
             let server_id = (term * 100 + id) as u32;
             // Every fifth transaction goes into the log in three parts, as one too large for an entry does: a
             // master change between them must leave no part of it anywhere.
+            let mut payload = payload;
             let proposed = if seq % 5 == 0 {
-                let mut payload = payload;
                 payload.extend_from_slice(b":a large transaction in parts");
                 let cuts = [0, payload.len() / 3, 2 * payload.len() / 3, payload.len()];
                 cuts.windows(2).enumerate().all(|(i, w)| {
                     let last = i == 2;
-                    let bytes = payload[w[0]..w[1]].to_vec();
+                    let bytes = bytes::Bytes::copy_from_slice(&payload[w[0]..w[1]]);
                     node.propose_binlog_part(0, server_id, seq, w[0] as u64, last, bytes).is_ok()
                 })
             } else {
-                node.propose_binlog(0, server_id, seq, seq, payload).is_ok()
+                node.propose_binlog(0, server_id, seq, seq, bytes::Bytes::copy_from_slice(&payload)).is_ok()
             };
             if proposed {
                 sn.next_seq = seq + 1;
+                sn.proposed.insert(seq, (term, payload));
             }
             self.process_ready(id)?;
         }
         Ok(())
     }
 
-    /// The master acknowledges a transaction once it is applied for its own term. Like MariaDB, it never
-    /// renumbers a transaction it proposed: a rejected or lost one blocks every later one until the term ends.
+    /// The master acknowledges a transaction once it is applied for its own term and is the one it proposed at that
+    /// seq_no (the daemon's capture compares length and CRC32; here the bytes). Like MariaDB, it never renumbers a
+    /// transaction it proposed: a rejected or lost one blocks every later one until the term ends.
     fn client_outcome(&mut self, id: NodeId, effect: &Applied) -> Result<(), Violation> {
         match effect {
-            Applied::BinlogAppended { gtid_first, events, .. }
-                if events.starts_with(self.client_prefix(id).as_bytes()) =>
+            Applied::BinlogAppended { master_version, gtid_first, last_seq, events, .. }
+                if gtid_first.seq_no == *last_seq =>
             {
-                self.checker.ack(self.now, gtid_first.seq_no, events)?;
-                if self.healed_at.is_some() {
-                    self.acked_after_heal = true;
-                }
-                Ok(())
+                self.own_outcome(id, *master_version, *last_seq, events, false)
             }
             Applied::PartsDropped { .. } => {
                 self.stats.parts_dropped += 1;
                 Ok(())
             }
-            Applied::BinlogPartAppended { gtid, last: true, .. } => {
-                let prefix = self.client_prefix(id);
-                let Some(events) = self.checker.transaction(gtid.seq_no).filter(|e| e.starts_with(prefix.as_bytes()))
-                else {
-                    return Ok(());
-                };
-                let events = events.clone();
-                self.stats.parted_transactions += 1;
-                self.checker.ack(self.now, gtid.seq_no, &events)?;
-                if self.healed_at.is_some() {
-                    self.acked_after_heal = true;
-                }
-                Ok(())
+            Applied::BinlogPartAppended { master_version, gtid, last: true, .. } => {
+                let Some(events) = self.checker.transaction(gtid.seq_no).cloned() else { return Ok(()) };
+                self.own_outcome(id, *master_version, gtid.seq_no, &events, true)
             }
             _ => Ok(()),
         }
     }
 
-    fn client_prefix(&self, id: NodeId) -> String {
-        format!("n{id}:i{}:", self.nodes.get(&id).map_or(0, |n| n.incarnation))
+    /// `applied` is in the log at `seq` for term `term`: the client acknowledges what it proposed there if that is
+    /// it. With `plan.ack_by_seq_only` (a deliberately broken client) it acknowledges its own proposal at that
+    /// seq_no whatever the log holds — the checker must then find an acknowledged write lost.
+    fn own_outcome(&mut self, id: NodeId, term: u64, seq: u64, applied: &[u8], parted: bool) -> Result<(), Violation> {
+        let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
+        let Some((t, mine)) = sn.proposed.get(&seq) else { return Ok(()) };
+        if *t != term {
+            return Ok(());
+        }
+        let mine = mine.clone();
+        sn.proposed.remove(&seq);
+        if mine != applied && !self.plan.ack_by_seq_only {
+            self.stats.not_acknowledged += 1;
+            return Ok(());
+        }
+        if parted {
+            self.stats.parted_transactions += 1;
+        }
+        self.checker.ack(self.now, seq, &mine)?;
+        if self.healed_at.is_some() {
+            self.acked_after_heal = true;
+        }
+        Ok(())
     }
 
     fn check_states(&mut self) -> Result<(), Violation> {

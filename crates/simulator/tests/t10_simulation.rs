@@ -2,7 +2,7 @@
 //! deliberately broken proposer is caught.
 
 use paxsql_paxos::Bug;
-use paxsql_simulator::{run_seed, sweep};
+use paxsql_simulator::{run_seed, run_seed_with, sweep, sweep_with, Variant};
 
 /// Seeds swept by `cargo test`; `PAXSQL_SIM_SEEDS` raises it.
 fn default_seeds() -> u64 {
@@ -81,6 +81,24 @@ fn an_acceptor_that_loses_its_promise_is_stopped_by_the_core_assertion() {
     let (_, v) = first_caught(Bug::AcceptWithoutPromise);
     assert_eq!(v.invariant, "an assertion of the code under test", "{v}");
     assert!(v.detail.contains("above the promise"), "{v}");
+}
+
+/// A master that acknowledges a commit by its GTID alone, whatever transaction the log took at that seq_no: after a
+/// lapse of its lease and its return in the same term, a proposal from before the lapse is chosen at the seq_no the
+/// client proposed another transaction at, and an acknowledged write is lost. The daemon's capture compares each
+/// transaction with what the log applied (`crates/node/src/capture.rs`); the simulated client compares the bytes.
+#[test]
+fn a_master_acknowledging_by_gtid_alone_is_caught() {
+    eprintln!("phase: a client acknowledging by seq_no alone must lose an acknowledged write");
+    let variant = Variant { ack_by_seq_only: true, ..Variant::default() };
+    let report = sweep_with(0, 200, 2, variant, true);
+    let caught = report.failures.first().expect("the simulator did not catch a master acknowledging by GTID alone");
+    let v = caught.violation.clone().expect("failures carry a violation");
+    eprintln!("caught at seed {}: {v}", caught.plan.seed);
+    assert_eq!(v.invariant, "no acknowledged write lost", "{v}");
+    assert_eq!(run_seed_with(caught.plan.seed, variant, false).violation, Some(v));
+    // The same seed with the real rule: nothing lost.
+    assert!(run_seed(caught.plan.seed, None, false).violation.is_none());
 }
 
 /// Seeds that once found a bug, each kept as a regression test (found by the 100,000-seed sweeps).

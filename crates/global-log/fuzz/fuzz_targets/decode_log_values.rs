@@ -7,7 +7,7 @@ use paxsql_global_log::{Command, ReplicatedState};
 use paxsql_paxos::Membership;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(cmd) = Command::decode(data) {
+    if let Ok(cmd) = Command::decode(&bytes::Bytes::copy_from_slice(data)) {
         assert_eq!(Command::decode(&cmd.encode()), Ok(cmd));
     }
     let members = Membership::new([1, 2, 3]);
