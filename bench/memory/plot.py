@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Draws the samples of bench/memory/run.sh as an SVG (no plotting library needed): per node, RSS of the node
-process (MB) and on-disk bytes of its served binlog and of its global-log store (MiB), against time.
+process (MB) and on-disk bytes of its served binlog and of its global-log store (MiB), against time; with the
+soak's columns also the bytes of each mariadbd's own binlog files, the p99 of the served binlog's GTID lookups per
+interval (µs) and the transactions acknowledged.
 Usage: bench/memory/plot.py [CSV=bench/memory/samples.csv] [SVG=bench/memory/memory.svg] [TITLE]"""
 import csv
 import sys
@@ -29,7 +31,8 @@ def panel(y0, label, series, unit):
     for k in range(5):
         v = vmax * k / 4
         y = y0 + (H - 2 * PAD) * (1 - k / 4)
-        out.append(f'<text x="{PAD - 5}" y="{y + 4}" font-size="11" text-anchor="end">{v:.0f}</text>')
+        label = f"{v:.0f}" if vmax >= 20 else f"{v:.1f}"
+        out.append(f'<text x="{PAD - 5}" y="{y + 4}" font-size="11" text-anchor="end">{label}</text>')
         out.append(f'<line x1="{PAD}" x2="{W - PAD}" y1="{y}" y2="{y}" stroke="#eee"/>')
     for k in range(5):
         tt = tmax * k / 4
@@ -54,10 +57,20 @@ def panel(y0, label, series, unit):
 rss = [(f"RSS", n, [r[f"n{n}_rss_kb"] / 1024 for r in rows]) for n in (1, 2, 3)]
 disk = [(f"served binlog", n, [r[f"n{n}_served_bytes"] / 2**20 for r in rows]) for n in (1, 2, 3)]
 disk += [(f"global log", n, [r[f"n{n}_log_bytes"] / 2**20 for r in rows]) for n in (1, 2, 3)]
+if "acked" in rows[0]:
+    title += f" ({int(rows[-1]['acked']):,} transactions acknowledged)"
 body = [f'<text x="{PAD}" y="25" font-size="16">{title}</text>']
 body += panel(70, "RSS of each node process", rss, "MB")
 body += panel(70 + H, "Disk: served binlog (solid) and global-log store (dashed)", disk, "MiB")
-svg = f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{2 * H + 60}" font-family="sans-serif">\n'
+panels = 2
+if "n1_binlog_bytes" in rows[0]:
+    own = [(f"mariadbd binlog", n, [r[f"n{n}_binlog_bytes"] / 2**30 for r in rows]) for n in (1, 2, 3)]
+    body += panel(70 + 2 * H, "Disk: each mariadbd's own binlog files (not purged by paxsql)", own, "GiB")
+    # An interval without lookups (the master does none) has no p99: drawn as 0.
+    p99 = [(f"lookup p99", n, [max(r[f"n{n}_lookup_p99_us"], 0) for r in rows]) for n in (1, 2, 3)]
+    body += panel(70 + 3 * H, "Served binlog GTID lookups: p99 per interval (bucket upper bound)", p99, "µs")
+    panels = 4
+svg = f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{panels * H + 60}" font-family="sans-serif">\n'
 svg += "\n".join(body) + "\n</svg>\n"
 with open(dst, "w") as f:
     f.write(svg)

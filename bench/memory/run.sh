@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Memory and disk of a 3-node cluster under a steady write load, and a replica's restart time afterwards.
-# sysbench oltp_insert through the master node's RW port for SECONDS; every 10 s, per node: RSS of the paxsql node
-# process, bytes of its served binlog and of its global-log store. Then kill -9 one replica node and time its restart
+# sysbench oltp_insert through the master node's RW port for SECONDS; every SAMPLE_EVERY (10) s, per node: RSS of the
+# paxsql node process, bytes of its served binlog, of its global-log store and of its mariadbd's own binlog files,
+# the transactions acknowledged so far (all masters' captures), and the GTID lookups the node's served binlog did in
+# the interval with their p99 (from /metrics: bucket upper bound). Then kill -9 one replica node and time its restart
 # until its RO port serves again. Prints a table per sample and a summary; writes the samples as CSV to OUT.
 # Usage: bench/memory/run.sh [SECONDS=240] [THREADS=32] [BASE_PORT=27000] [OUT=bench/memory/samples.csv]
+# TRANSACTIONS=N runs until N transactions instead (SECONDS is then the limit); RATE=N offers N transactions per
+# second (sysbench --rate) instead of as many as the threads get through, for a load the replicas can follow. The
+# soak of issue 12 item 4 is
+#   TRANSACTIONS=10000000 RATE=2000 SAMPLE_EVERY=60 bench/memory/run.sh 7200 32 27000 bench/memory/soak.csv
 # PAXSQL_BIN runs another build (e.g. an older one, for comparison); PAXSQL_UP_ARGS adds `cluster up` arguments.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,12 +17,15 @@ SECONDS_=${1:-240}
 THREADS=${2:-32}
 BASE=${3:-27000}
 OUT=${4:-bench/memory/samples.csv}
+EVERY=${SAMPLE_EVERY:-10}
 if [ -z "${PAXSQL_BIN:-}" ]; then
   cargo build --release -q -p paxsql
   PAXSQL_BIN=${CARGO_TARGET_DIR:-target}/release/paxsql
 fi
 DIR=$(mktemp -d /tmp/paxsql-memory-XXXX)
-trap '"$PAXSQL_BIN" cluster down --dir "$DIR" >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+# A failed run keeps its directory (node and mariadbd logs, sysbench's output) for the post-mortem.
+trap 'rc=$?; "$PAXSQL_BIN" cluster down --dir "$DIR" >/dev/null 2>&1 || true
+      if [ "$rc" = 0 ]; then rm -rf "$DIR"; else echo "run failed (exit $rc): kept $DIR"; fi' EXIT
 unset MYSQL_PWD
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # shellcheck disable=SC2086 # PAXSQL_UP_ARGS is a list of arguments
@@ -29,13 +38,44 @@ import json, sys
 d = json.load(sys.stdin)
 print([n for n in d['nodes'] if n['id'] == int(sys.argv[1])][0]['endpoints'][sys.argv[2]].split(':')[-1])" "$1" "$2"; }
 RW=$(endpoint "$M" proxy_rw)
+metrics() { curl -s --max-time 5 "http://127.0.0.1:$((BASE + 10 * ($1 - 1) + 6))/metrics" || true; }
+own_binlog() { find "$DIR/n$1/data" -maxdepth 1 -name "n$1-bin.[0-9]*" -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$(cat "$DIR/n$1/node.pid")/status" 2>/dev/null || echo 0; }
 bytes() { du -sb "$1" 2>/dev/null | cut -f1 || echo 0; }
+# Per node: "acked lookups lookup_p99_us" over the interval since the last sample (bucket counts kept in $DIR).
+LOOKUPS_PY=$(cat <<'PY'
+import sys
+prev_file = sys.argv[1]
+acked, buckets = 0, {}
+for line in sys.stdin:
+    if line.startswith("paxsql_capture_acked_transactions"):
+        acked = int(float(line.split()[-1]))
+    elif line.startswith("paxsql_served_binlog_lookup_seconds_bucket"):
+        le = line.split('le="')[1].split('"')[0]
+        buckets[le] = float(line.split()[-1])
+try:
+    prev = dict((k, float(v)) for k, v in (l.split() for l in open(prev_file)))
+except (OSError, ValueError):
+    prev = {}
+open(prev_file, "w").write("".join(f"{k} {v}\n" for k, v in buckets.items()))
+delta = sorted(((float("inf") if k == "+Inf" else float(k)), v - prev.get(k, 0.0)) for k, v in buckets.items())
+count = delta[-1][1] if delta else 0
+p99 = 0.0
+if count > 0:
+    p99 = next(le for le, c in delta if c >= 0.99 * count)
+print(acked, int(count), -1 if p99 == float("inf") else int(p99 * 1e6))
+PY
+)
+lookups() { metrics "$1" | python3 -c "$LOOKUPS_PY" "$DIR/lookups.n$1"; }
 sample() {
-  local t=$1 line="$1"
+  local t=$1 line="$1" acked=0
   for n in 1 2 3; do
+    read -r a count p99 < <(lookups "$n")
+    acked=$(( acked + a ))
     line="$line,$(rss_kb "$n"),$(bytes "$DIR/n$n/node/served-binlog"),$(bytes "$DIR/n$n/node/global-log")"
+    line="$line,$(own_binlog "$n"),$count,$p99"
   done
+  line="$line,$acked,$(status | python3 -c "import json,sys; print(','.join(str(n.get('lag_transactions') or 0) for n in sorted(json.load(sys.stdin)['nodes'], key=lambda n: n['id'])))" 2>/dev/null || echo 0,0,0)"
   echo "$line" >> "$OUT"
   python3 - "$line" <<'PY'
 import sys
@@ -43,24 +83,41 @@ v = sys.argv[1].split(",")
 t = v[0]
 cells = []
 for n in range(3):
-    rss, served, paxos = (int(x) for x in v[1 + 3 * n: 4 + 3 * n])
-    cells.append(f"n{n + 1} rss {rss / 1024:6.1f} MB served {served / 2**20:7.1f} MiB log {paxos / 2**20:7.1f} MiB")
-print(f"t={t:>4}s  " + "  |  ".join(cells))
+    rss, served, paxos, own, count, p99 = (int(x) for x in v[1 + 6 * n: 7 + 6 * n])
+    cells.append(f"n{n + 1} rss {rss / 1024:6.1f} MB served {served / 2**20:7.1f} MiB log {paxos / 2**20:7.1f} MiB "
+                 f"binlog {own / 2**20:7.1f} MiB lookups {count} p99 {p99} us")
+print(f"t={t:>5}s acked {int(v[19]):>9} behind {'/'.join(v[20:23])}  " + "  |  ".join(cells), flush=True)
 PY
 }
-echo "t,n1_rss_kb,n1_served_bytes,n1_log_bytes,n2_rss_kb,n2_served_bytes,n2_log_bytes,n3_rss_kb,n3_served_bytes,n3_log_bytes" > "$OUT"
+header=t
+for n in 1 2 3; do
+  header="$header,n${n}_rss_kb,n${n}_served_bytes,n${n}_log_bytes,n${n}_binlog_bytes,n${n}_lookups,n${n}_lookup_p99_us"
+done
+echo "$header,acked,n1_lag,n2_lag,n3_lag" > "$OUT"
 SB=(sysbench oltp_insert --tables=4 --table-size=1000 --mysql-host=127.0.0.1 --mysql-port="$RW" --mysql-user=app
     --mysql-password="$PW" --mysql-db=app --db-ps-mode=disable)
 "${SB[@]}" prepare >/dev/null
 sample 0
-"${SB[@]}" --threads="$THREADS" --time="$SECONDS_" run > "$DIR/sysbench.out" &
+if [ -n "${TRANSACTIONS:-}" ]; then
+  LIMIT=(--events="$TRANSACTIONS" --time="$SECONDS_")
+else
+  LIMIT=(--time="$SECONDS_")
+fi
+if [ -n "${RATE:-}" ]; then
+  LIMIT+=(--rate="$RATE")
+fi
+"${SB[@]}" --threads="$THREADS" "${LIMIT[@]}" run > "$DIR/sysbench.out" &
 LOAD=$!
 start=$(date +%s)
 while kill -0 "$LOAD" 2>/dev/null; do
-  sleep 10
+  sleep "$EVERY"
   sample $(( $(date +%s) - start ))
 done
-wait "$LOAD"
+if ! wait "$LOAD"; then
+  echo "sysbench failed:"; tail -20 "$DIR/sysbench.out"
+  "$PAXSQL_BIN" cluster status --dir "$DIR" || true
+  exit 1
+fi
 grep -E "transactions:" "$DIR/sysbench.out"
 sample $(( $(date +%s) - start ))
 

@@ -281,6 +281,18 @@ impl Storage for RaftEngineStorage {
         if let Some(s) = &batch.snapshot {
             lb.put(LOG_REGION, keys::SNAPSHOT.to_vec(), keys::encode_snapshot(s))
                 .map_err(|e| engine_error("batching the snapshot", e))?;
+            // The other small records are written again with every snapshot: raft-engine purges log files only up
+            // to the oldest one a live record is in, and the format marker (written once, when the store was made)
+            // or a promise unchanged for days would otherwise keep every file since then. With them pinned, a
+            // compaction that keeps a long window frees nothing, and after nine purges raft-engine rewrites the
+            // window itself, inside the purge, for seconds (the soak's master lost its lease there).
+            lb.put(LOG_REGION, keys::FORMAT.to_vec(), vec![keys::FORMAT_VERSION])
+                .map_err(|e| engine_error("batching the format marker", e))?;
+            if promised != Ballot::ZERO {
+                let mut v = Vec::with_capacity(16);
+                keys::encode_ballot(&mut v, promised);
+                lb.put(LOG_REGION, keys::PROMISED.to_vec(), v).map_err(|e| engine_error("batching the promise", e))?;
+            }
             // Before the entries of this batch: compacting to last_included + 1 removes every entry up to the
             // snapshot; when the snapshot is ahead of the log that is all of them, and raft-engine then accepts
             // the next append at last_included + 1 as the log's new start (an empty region has no "hole").
