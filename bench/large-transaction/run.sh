@@ -19,13 +19,9 @@ trap '[ -n "$SAMPLER" ] && kill "$SAMPLER" 2>/dev/null; "$PAXSQL_BIN" cluster do
 unset MYSQL_PWD
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$PAXSQL_BIN" cluster up --nodes 3 --dir "$DIR" --base-port "$BASE" >/dev/null
-PW=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_password'])" "$DIR/cluster.json")
-status() { "$PAXSQL_BIN" cluster status --dir "$DIR" --json; }
-M=$(status | python3 -c "import json,sys; print(json.load(sys.stdin)['master'])")
-endpoint() { status | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-print([n for n in d['nodes'] if n['id'] == int(sys.argv[1])][0]['endpoints'][sys.argv[2]].split(':')[-1])" "$1" "$2"; }
+. bench/cluster.sh
+PW=$(app_password)
+M=$(master)
 sql() { MYSQL_PWD=$PW mariadb -h127.0.0.1 -P"$1" -uapp -N -B app -e "$2"; }
 RW=$(endpoint "$M" proxy_rw)
 ROWS=$(( SIZE_MIB * 1024 * 1024 / 1040 ))

@@ -30,13 +30,9 @@ unset MYSQL_PWD
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # shellcheck disable=SC2086 # PAXSQL_UP_ARGS is a list of arguments
 "$PAXSQL_BIN" cluster up --nodes 3 --dir "$DIR" --base-port "$BASE" ${PAXSQL_UP_ARGS:-} >/dev/null
-PW=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['app_password'])" "$DIR/cluster.json")
-status() { "$PAXSQL_BIN" cluster status --dir "$DIR" --json; }
-M=$(status | python3 -c "import json,sys; print(json.load(sys.stdin)['master'])")
-endpoint() { status | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-print([n for n in d['nodes'] if n['id'] == int(sys.argv[1])][0]['endpoints'][sys.argv[2]].split(':')[-1])" "$1" "$2"; }
+. bench/cluster.sh
+PW=$(app_password)
+M=$(master)
 RW=$(endpoint "$M" proxy_rw)
 metrics() { curl -s --max-time 5 "http://127.0.0.1:$((BASE + 10 * ($1 - 1) + 6))/metrics" || true; }
 own_binlog() { find "$DIR/n$1/data" -maxdepth 1 -name "n$1-bin.[0-9]*" -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
