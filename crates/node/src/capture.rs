@@ -92,10 +92,10 @@ impl AppliedFingerprints {
     /// Whether the log applied the captured transaction `seq` (fingerprint `fp`); forgets it, and any before it
     /// (another capture's of this term), either way.
     fn matches(&mut self, seq: u64, fp: Fingerprint) -> bool {
-        let after = self.whole.split_off(&seq.saturating_add(1));
-        let found = self.whole.remove(&seq);
-        self.whole = after;
-        found == Some(fp)
+        while let Some(older) = self.whole.first_entry().filter(|e| *e.key() < seq) {
+            older.remove();
+        }
+        self.whole.remove(&seq) == Some(fp)
     }
 }
 

@@ -532,12 +532,10 @@ impl Simulation {
     /// seq_no whatever the log holds — the checker must then find an acknowledged write lost.
     fn own_outcome(&mut self, id: NodeId, term: u64, seq: u64, applied: &[u8], parted: bool) -> Result<(), Violation> {
         let Some(sn) = self.nodes.get_mut(&id) else { return Ok(()) };
-        let Some((t, mine)) = sn.proposed.get(&seq) else { return Ok(()) };
-        if *t != term {
+        if sn.proposed.get(&seq).is_none_or(|(t, _)| *t != term) {
             return Ok(());
         }
-        let mine = mine.clone();
-        sn.proposed.remove(&seq);
+        let Some((_, mine)) = sn.proposed.remove(&seq) else { return Ok(()) };
         if mine != applied && !self.plan.ack_by_seq_only {
             self.stats.not_acknowledged += 1;
             return Ok(());
