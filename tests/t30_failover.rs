@@ -355,12 +355,46 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
     let all = [1, 2, 3];
     let c = up_with_three_rows(27800, &all);
 
-    eprintln!("phase: every node restarted with a snapshot every 10 instances (lease renewals fill the log)");
+    eprintln!("phase: every node restarted with a snapshot every 10 instances (lease renewals fill the log), and");
+    eprintln!("       mariadbd binlog files of 4 KiB of which the node keeps only the newest two");
     c.kill9_nodes(&all);
+    for id in all {
+        let cnf = c.node_dir(id).join("my.cnf");
+        let text = std::fs::read_to_string(&cnf).expect("my.cnf");
+        std::fs::write(&cnf, text.replace("max_binlog_size=256M", "max_binlog_size=4096")).expect("my.cnf");
+        let toml = c.node_dir(id).join("node.toml");
+        let text = std::fs::read_to_string(&toml).expect("node.toml");
+        std::fs::write(&toml, text.replacen("[mariadb]\n", "[mariadb]\nbinlog_retain_bytes = 0\n", 1))
+            .expect("node.toml");
+    }
     restart_with_snapshot_every(&c, &all, 10);
     let m = c.wait_master(None, Duration::from_secs(60));
-    assert_eq!(insert(&c, m, 3..4).len(), 1);
-    c.wait_all(&all, "SELECT COUNT(*) FROM t", "4", Duration::from_secs(30));
+    // ~300 bytes of binlog each: a dozen files on every node.
+    assert_eq!(insert(&c, m, 3..150).len(), 147);
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "150", Duration::from_secs(60));
+
+    eprintln!("phase: every node purges its mariadbd's binlog down to the newest two files");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for id in all {
+        loop {
+            let metrics = c.metrics(id);
+            let purged = common::sample(&metrics, "paxsql_mariadb_binlog_purged_files_total").unwrap_or(0.0);
+            let files = common::sample(&metrics, "paxsql_mariadb_binlog_files").unwrap_or(0.0);
+            if purged >= 5.0 && files <= 2.0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {id}: {purged} files purged, {files} left\n{}",
+                c.logs()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let listed = c.root_sql(id, "SHOW BINARY LOGS").expect("SHOW BINARY LOGS");
+        assert!(listed.lines().count() <= 2, "node {id} lists {listed}");
+    }
+    assert_eq!(insert(&c, m, 150..151).len(), 1, "the master takes writes after its binlog was purged");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "151", Duration::from_secs(30));
 
     eprintln!("phase: idle until the log has been compacted past the last transaction, then all nodes restart");
     std::thread::sleep(Duration::from_secs(20));
@@ -368,9 +402,10 @@ fn the_whole_cluster_restarts_after_its_log_was_compacted_past_every_transaction
     for id in all {
         c.restart_node(id);
     }
+    // Whichever node is elected, its capture starts in its purged binlog.
     let m = c.wait_master(None, Duration::from_secs(60));
-    assert_eq!(insert(&c, m, 4..6).len(), 2, "the restarted cluster takes writes");
-    c.wait_all(&all, "SELECT COUNT(*) FROM t", "6", Duration::from_secs(60));
+    assert_eq!(insert(&c, m, 151..153).len(), 2, "the restarted cluster takes writes");
+    c.wait_all(&all, "SELECT COUNT(*) FROM t", "153", Duration::from_secs(60));
     checksums_equal(&c, &all);
 
     eprintln!("phase: nodes started by hand (no pid file of cluster up): status and down find them by their locks");

@@ -87,6 +87,9 @@ struct Inner {
     write_hops: Family<ReasonLabels, Histogram, fn() -> Histogram>,
     served_disk_bytes: Gauge<u64, AtomicU64>,
     served_segments: Gauge<u64, AtomicU64>,
+    mariadb_binlog_bytes: Gauge<u64, AtomicU64>,
+    mariadb_binlog_files: Gauge<u64, AtomicU64>,
+    mariadb_binlog_purged_files: Counter,
     served_transactions: Gauge<u64, AtomicU64>,
     served_cache_bytes: Gauge<u64, AtomicU64>,
     served_lookup_latency: Histogram,
@@ -159,6 +162,9 @@ impl Metrics {
             write_hops: Family::new_with_constructor(hop_histogram),
             served_disk_bytes: Gauge::default(),
             served_segments: Gauge::default(),
+            mariadb_binlog_bytes: Gauge::default(),
+            mariadb_binlog_files: Gauge::default(),
+            mariadb_binlog_purged_files: Counter::default(),
             served_transactions: Gauge::default(),
             served_cache_bytes: Gauge::default(),
             // 10 µs .. ~160 ms: a lookup in the cached tail takes microseconds, one that loads a sealed segment's
@@ -234,6 +240,21 @@ impl Metrics {
             "paxsql_served_binlog_disk_bytes",
             "Bytes of the served binlog's segment files (bounded by its retention)",
             inner.served_disk_bytes.clone(),
+        );
+        r.register(
+            "paxsql_mariadb_binlog_bytes",
+            "Bytes of the local mariadbd's own binlog files (SHOW BINARY LOGS; bounded by [mariadb] binlog_retain_bytes)",
+            inner.mariadb_binlog_bytes.clone(),
+        );
+        r.register(
+            "paxsql_mariadb_binlog_files",
+            "The local mariadbd's own binlog files",
+            inner.mariadb_binlog_files.clone(),
+        );
+        r.register(
+            "paxsql_mariadb_binlog_purged_files",
+            "The local mariadbd's binlog files this node purged (only files whose transactions the global log holds)",
+            inner.mariadb_binlog_purged_files.clone(),
         );
         r.register(
             "paxsql_served_binlog_segments",
@@ -387,6 +408,17 @@ impl Metrics {
         for l in now.lookups {
             m.served_lookup_latency.observe(l.as_secs_f64());
         }
+    }
+
+    /// Sets the local mariadbd's binlog gauges (from `SHOW BINARY LOGS`).
+    pub fn update_mariadb_binlog(&self, bytes: u64, files: u64) {
+        self.inner.mariadb_binlog_bytes.set(bytes);
+        self.inner.mariadb_binlog_files.set(files);
+    }
+
+    /// Counts binlog files the node purged from its mariadbd.
+    pub fn count_mariadb_binlog_purge(&self, files: u64) {
+        self.inner.mariadb_binlog_purged_files.inc_by(files);
     }
 
     /// The OpenMetrics text exposition of every series.

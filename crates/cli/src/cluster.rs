@@ -279,6 +279,9 @@ fn my_cnf(n: &NodeLayout, run_as: &str) -> String {
          log_slave_updates=ON\n\
          binlog_format=ROW\n\
          sync_binlog=1\n\
+         # The node purges the oldest files the global log holds beyond [mariadb] binlog_retain_bytes (1 GiB): files\n\
+         # of this size let it free space in steps well below that.\n\
+         max_binlog_size=256M\n\
          innodb_flush_log_at_trx_commit=1\n\
          skip-name-resolve\n\
          # The proxies pass the client's address with the PROXY protocol (docs/ARCHITECTURE.md §7); connections without the\n\

@@ -184,6 +184,17 @@ pub struct MariaDbConfig {
     /// The mbstream binary (unpacks a streamed copy). Default `/usr/bin/mbstream`.
     #[serde(default = "default_mbstream")]
     pub mbstream: PathBuf,
+    /// mariadbd's own binlog files beyond this many bytes are purged, oldest first, once the global log holds
+    /// every transaction in them; the newest two files always stay. Default 1 GiB (with `cluster up`'s
+    /// `max_binlog_size` of 256 MiB).
+    pub binlog_retain_bytes: Option<u64>,
+}
+
+impl MariaDbConfig {
+    /// `binlog_retain_bytes` or its default.
+    pub fn binlog_retain_bytes(&self) -> u64 {
+        self.binlog_retain_bytes.unwrap_or(1 << 30)
+    }
 }
 
 fn default_true() -> bool {

@@ -8,6 +8,7 @@
 //! node process off a data directory.
 
 mod admin_service;
+mod binlog_retention;
 mod capture;
 pub mod config;
 pub mod context;

@@ -11,6 +11,7 @@
 
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use paxsql_peer_transport::PeerServer;
 use tokio::sync::watch;
@@ -47,6 +48,10 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         peers.roles.serving_tx,
         peers.roles.switchovers,
     ));
+    let binlog_retention = tokio::spawn(
+        crate::binlog_retention::run(local.ctx.clone(), cfg.mariadb.binlog_retain_bytes())
+            .instrument(tracing::info_span!("binlog_retention", node = cfg.node_id)),
+    );
     let endpoints = Endpoints::new(&cfg, replication.addr, local.directory.clone(), peers.links.clone());
     let status_task = tokio::spawn(publish_status(
         local.ctx.clone(),
@@ -57,8 +62,14 @@ pub async fn run(cfg: NodeConfig, mut shutdown: watch::Receiver<bool>) -> Result
         admin.view,
         endpoints,
     ));
-    let running =
-        Running { roles: roles_task, status: status_task, clients, admin: admin.tasks, replication: replication.task };
+    let running = Running {
+        roles: roles_task,
+        binlog_retention,
+        status: status_task,
+        clients,
+        admin: admin.tasks,
+        replication: replication.task,
+    };
     tracing::info!(peer = %peers.server.local_addr(), replication = replication.addr.port(), "node running");
 
     until_asked_to_stop(&mut shutdown, log.driver.thread, &local.ctx, cfg.node_id).await;
@@ -103,6 +114,7 @@ async fn until_asked_to_stop(
 /// What runs until the node stops, besides the global log and the peer port.
 struct Running {
     roles: JoinHandle<()>,
+    binlog_retention: JoinHandle<()>,
     status: JoinHandle<()>,
     clients: ClientPorts,
     admin: Vec<JoinHandle<()>>,
@@ -112,6 +124,7 @@ struct Running {
 impl Running {
     async fn stop(self, driver: &SyncSender<Input>, peer_server: PeerServer, ctx: Arc<RoleContext>) {
         self.roles.abort();
+        self.binlog_retention.abort();
         self.status.abort();
         self.clients.routes.abort();
         for t in self.admin {

@@ -12,7 +12,8 @@
 //! raft-engine hazards this crate guards against (docs/ARCHITECTURE.md §6):
 //! - appending a non-contiguous index panics after the batch is written, and every later open panics too: the
 //!   contiguity check runs before anything reaches raft-engine;
-//! - purge is manual: a snapshot that compacts the log is followed by `purge_expired_files`;
+//! - purge is manual: a snapshot that compacts the log is followed by `purge_expired_files`, on a thread of its own
+//!   (it may rewrite live records forward for seconds, see `purge.rs`);
 //! - raft-engine panics (by design) when `fsync` fails, because the page cache may have dropped the data
 //!   (the "fsyncgate" problem): such a store must not go on, and the daemon restarts from disk.
 //!
@@ -39,8 +40,10 @@
 
 mod entry;
 mod keys;
+mod purge;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use raft_engine::{Command, Config, Engine, LogBatch, ReadableSize, RecoveryMode};
 
@@ -98,7 +101,8 @@ impl Default for StoreOptions {
 /// Not meant to be shared between threads: the `Storage` trait takes `&mut self` to write, and the daemon owns one
 /// store per node. raft-engine locks its directory, so a second `open` of the same directory fails.
 pub struct RaftEngineStorage {
-    engine: Engine,
+    engine: Arc<Engine>,
+    purger: purge::Purger,
     /// Cached durable state, updated only after raft-engine accepted a write.
     promised: Ballot,
     /// `last_included` of the newest snapshot (0 if none).
@@ -129,8 +133,10 @@ impl RaftEngineStorage {
             enable_log_recycle: opts.recycle_log_files,
             ..Config::default()
         };
-        let engine = Engine::open(cfg).map_err(|e| engine_error(&format!("opening {}", dir.display()), e))?;
-        let mut store = RaftEngineStorage { engine, promised: Ballot::ZERO, snapshot_last: 0, last_chosen: 0 };
+        let engine = Arc::new(Engine::open(cfg).map_err(|e| engine_error(&format!("opening {}", dir.display()), e))?);
+        let purger = purge::Purger::start(engine.clone())
+            .map_err(|e| StorageError::Io(format!("starting the purge thread of {}: {e}", dir.display())))?;
+        let mut store = RaftEngineStorage { engine, purger, promised: Ballot::ZERO, snapshot_last: 0, last_chosen: 0 };
         match store.engine.get(LOG_REGION, keys::FORMAT) {
             Some(v) if v == [keys::FORMAT_VERSION] => {}
             Some(v) => {
@@ -171,12 +177,16 @@ impl RaftEngineStorage {
         self.snapshot_last + 1
     }
 
-    /// Asks raft-engine to drop the files that hold only compacted entries. Only does work once the files exceed
-    /// `purge_threshold_bytes`.
-    fn purge(&self) -> Result<(), StorageError> {
-        // The returned list names regions raft-engine would like compacted to let it purge; ours is compacted by
-        // snapshots only, when the state machine allows, so the hint is not acted on.
-        self.engine.purge_expired_files().map(|_| ()).map_err(|e| engine_error("purging log files", e))
+    /// Waits until the files freed by every compaction so far have been purged (which raft-engine does only once
+    /// they exceed `purge_threshold_bytes`); the last purge failure since the previous call, if any. Purges run in
+    /// the background: this is for tests and tools that measure the disk.
+    pub fn settle_purge(&self) -> Result<(), StorageError> {
+        // raft-engine's list of regions it would like compacted is not acted on: ours is compacted by snapshots
+        // only, when the state machine allows.
+        match self.purger.settle() {
+            None => Ok(()),
+            Some(e) => Err(StorageError::Io(format!("purging log files: {e}"))),
+        }
     }
 
     fn read_snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
@@ -334,7 +344,7 @@ impl Storage for RaftEngineStorage {
         self.snapshot_last = snapshot_last;
         self.last_chosen = last_chosen;
         if compacted {
-            self.purge()?;
+            self.purger.request();
         }
         Ok(())
     }

@@ -184,6 +184,7 @@ fn compaction_and_purge_reclaim_disk() {
     assert!(files_before > 20, "the log should span many 64 KiB files");
     let snap = Snapshot { last_included: 990, membership: Membership::new([1, 2, 3]), data: vec![1; 100] };
     s.write(&WriteBatch { snapshot: Some(snap), ..Default::default() }, true).unwrap();
+    s.settle_purge().unwrap();
     let (files_after, bytes_after) = (log_files(&dir).len(), s.used_bytes());
     println!("after compaction: {files_after} log files, {bytes_after} bytes");
     assert!(files_after <= 4, "purge should leave a handful of files, left {files_after}");
@@ -221,6 +222,7 @@ fn compactions_keeping_a_long_window_keep_the_disk_bounded() {
         if last_included > 0 {
             let snap = Snapshot { last_included, membership: Membership::new([1, 2, 3]), data: vec![1; 100] };
             s.write(&WriteBatch { snapshot: Some(snap), ..Default::default() }, true).unwrap();
+            s.settle_purge().unwrap();
         }
         let bytes = log_files(&dir).iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).sum::<u64>();
         println!("round {round}: {} log files, {bytes} bytes", log_files(&dir).len());
@@ -431,6 +433,7 @@ fn a_full_disk_is_an_io_error_and_the_store_goes_on_once_space_is_back() {
     // An operator frees space elsewhere on the filesystem: the same store goes on, without a restart.
     fs::remove_file(root.join("filler")).unwrap();
     s.write(&snap_batch, true).unwrap();
+    println!("purge after freeing space: {:?}", s.settle_purge());
     println!("after freeing space and compacting: {} bytes live", s.used_bytes());
     s.write(&WriteBatch { chosen: vec![(next, cmd())], ..Default::default() }, true).unwrap();
     drop(s);
