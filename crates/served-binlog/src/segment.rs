@@ -270,6 +270,41 @@ pub(crate) fn read_entries(dir: &Path, summary: &Summary, entries_at: u64) -> Re
         .collect())
 }
 
+/// Where `want` sits in a sealed single-domain segment (whose seq_no grows along it), read from its index file
+/// without loading the index: a binary search, one entry read per step. Lets a lookup that lands in a segment no
+/// longer in memory (a replica's alignment check, every second, a few segments behind) cost ~15 small reads from the
+/// page cache instead of reading, checksumming and parsing the whole index (~1 MiB for a 16 MiB segment) under the
+/// served binlog's lock. The checksum is not verified here; a dump that then reads the segment loads the index whole
+/// and verifies it.
+pub(crate) fn find_in_index(
+    dir: &Path,
+    first_index: u64,
+    count: u64,
+    entries_at: u64,
+    want: &Gtid,
+) -> Result<Option<usize>> {
+    let path = index_path(dir, first_index);
+    let f = File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+    let n = usize::try_from(count).map_err(|_| Error::Corrupt {
+        path: path.clone(),
+        what: "impossible entry count",
+        offset: entries_at,
+    })?;
+    let mut buf = [0u8; ENTRY_BYTES];
+    let (mut lo, mut hi) = (0usize, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        read_exact_at(&f, &path, &mut buf, entries_at + (mid * ENTRY_BYTES) as u64)?;
+        let gtid = gtid_at(&buf, 20);
+        match gtid.seq_no.cmp(&want.seq_no) {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid,
+            std::cmp::Ordering::Equal => return Ok((gtid == *want).then_some(mid)),
+        }
+    }
+    Ok(None)
+}
+
 pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
     file.read_exact_at(buf, offset).map_err(|source| Error::Io { path: path.to_owned(), source })
 }

@@ -757,8 +757,16 @@ impl Inner {
             })
             .collect();
         for i in candidates {
-            let entries = self.entries(i)?;
             let single_domain = self.segments[i].domains.len() == 1;
+            let seg = &self.segments[i];
+            if single_domain && seg.entries.is_none() && seg.entries_at > 0 {
+                let at = segment::find_in_index(&self.dir, seg.header.first_index, seg.count, seg.entries_at, want)?;
+                if let Some(k) = at {
+                    return Ok(Some(seg.header.first_index + k as u64 + 1));
+                }
+                continue;
+            }
+            let entries = self.entries(i)?;
             let at = if single_domain {
                 // One domain: seq_no grows along the segment.
                 entries.binary_search_by_key(&want.seq_no, |e| e.gtid.seq_no).ok().filter(|&k| entries[k].gtid == *want)
