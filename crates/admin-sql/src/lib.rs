@@ -35,6 +35,6 @@ mod server;
 mod view;
 
 pub use error::AdminError;
-pub use metrics::{Metrics, MetricsServer, PeerServerCounts, ServedBinlogFigures, WriteHop};
+pub use metrics::{Metrics, MetricsServer, PaxosRoundPart, PeerServerCounts, ServedBinlogFigures, WriteHop};
 pub use server::{AdminAuth, AdminSqlServer};
 pub use view::{ClusterView, MasterView, MemberView, PaxosView};

@@ -52,6 +52,33 @@ pub enum WriteHop {
     Ack,
 }
 
+/// A part of one Paxos round as the global-log driver sees it (`paxsql_paxos_round_seconds`), to tell the wire and
+/// the peers' disks apart inside `WriteHop::Choose`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PaxosRoundPart {
+    /// Leader: an Accept handed to the peer links → the first peer's Accepted taken from the driver's inbox (both
+    /// directions on the wire, the peer's own service, the wait in each inbox).
+    PeerRoundTrip,
+    /// Any member: an Accept taken from the inbox → its Accepted handed back to the links (the accepted record
+    /// written and synced, and the inputs drained with it).
+    AcceptService,
+    /// A batch written to the global-log store with an fsync.
+    StoreWriteSynced,
+    /// A batch written without one (chosen entries alone).
+    StoreWriteUnsynced,
+}
+
+impl PaxosRoundPart {
+    fn label(self) -> &'static str {
+        match self {
+            PaxosRoundPart::PeerRoundTrip => "peer_round_trip",
+            PaxosRoundPart::AcceptService => "accept_service",
+            PaxosRoundPart::StoreWriteSynced => "store_write_synced",
+            PaxosRoundPart::StoreWriteUnsynced => "store_write_unsynced",
+        }
+    }
+}
+
 impl WriteHop {
     fn label(self) -> &'static str {
         match self {
@@ -85,6 +112,7 @@ struct Inner {
     capture_acked_transactions: Counter,
     capture_ack_latency: Histogram,
     write_hops: Family<ReasonLabels, Histogram, fn() -> Histogram>,
+    paxos_round: Family<ReasonLabels, Histogram, fn() -> Histogram>,
     served_disk_bytes: Gauge<u64, AtomicU64>,
     served_segments: Gauge<u64, AtomicU64>,
     mariadb_binlog_bytes: Gauge<u64, AtomicU64>,
@@ -160,6 +188,7 @@ impl Metrics {
             // stalled majority shows up in the top buckets.
             capture_ack_latency: Histogram::new(exponential_buckets(0.000_25, 2.0, 15)),
             write_hops: Family::new_with_constructor(hop_histogram),
+            paxos_round: Family::new_with_constructor(hop_histogram),
             served_disk_bytes: Gauge::default(),
             served_segments: Gauge::default(),
             mariadb_binlog_bytes: Gauge::default(),
@@ -235,6 +264,13 @@ impl Metrics {
              -> in the global-log driver's inbox), propose (-> proposed to Paxos), choose (-> chosen, applied and seen \
              by the ACK task), ack (-> ACK handed to its writer)",
             inner.write_hops.clone(),
+        );
+        r.register(
+            "paxsql_paxos_round_seconds",
+            "Parts of a Paxos round as the global-log driver sees them, by part: peer_round_trip (leader: Accept sent \
+             -> first peer's Accepted taken), accept_service (Accept taken -> Accepted sent: its record written and \
+             synced), store_write_synced and store_write_unsynced (one batch written to the store)",
+            inner.paxos_round.clone(),
         );
         r.register(
             "paxsql_served_binlog_disk_bytes",
@@ -371,6 +407,11 @@ impl Metrics {
     /// One transaction (or, for [`WriteHop::Ack`], one ACKed batch) took `took` on `hop`.
     pub fn record_write_hop(&self, hop: WriteHop, took: Duration) {
         self.inner.write_hops.get_or_create(&[("hop", hop.label())]).observe(took.as_secs_f64());
+    }
+
+    /// One Paxos round's `part` took `took`.
+    pub fn record_paxos_round(&self, part: PaxosRoundPart, took: Duration) {
+        self.inner.paxos_round.get_or_create(&[("part", part.label())]).observe(took.as_secs_f64());
     }
 
     /// Brings the proxy series up to `now` (counters advance by what is new since the last call).

@@ -6,11 +6,13 @@
 //! A thread rather than a tokio task: raft-engine writes block, and the group commit they provide (several inputs
 //! drained before one sync) needs exactly one writer.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
+use paxsql_admin_sql::{Metrics, PaxosRoundPart};
 use paxsql_global_log::{Applied, GlobalLogConfig, GlobalLogError, GlobalLogNode, MemberAddress, PeerMessage, ReadyIo};
-use paxsql_paxos::{Instance, Membership, NodeId, Role, Storage, StorageError, Value};
+use paxsql_paxos::{Instance, Membership, MessageBody, NodeId, Role, Storage, StorageError, Value};
 use paxsql_paxos_store::RaftEngineStorage;
 use tokio::sync::{broadcast, oneshot, watch};
 
@@ -164,6 +166,7 @@ pub fn start(
     mut store: RaftEngineStorage,
     mut outbox: Box<dyn Outbox>,
     mut sink: Box<dyn AppliedSink>,
+    metrics: Metrics,
 ) -> Result<DriverHandle, DriverError> {
     let clock = MonotonicClock::new();
     let recovered = store.recover()?;
@@ -182,8 +185,17 @@ pub fn start(
             outbox.set_address(*id, &address.peer);
         }
     }
-    let mut d =
-        Driver { node, store, outbox, sink, clock, status: status_tx, applied: applied.clone(), loopback: Vec::new() };
+    let mut d = Driver {
+        node,
+        store,
+        outbox,
+        sink,
+        clock,
+        status: status_tx,
+        applied: applied.clone(),
+        loopback: Vec::new(),
+        rounds: RoundClock { metrics, sent: BTreeMap::new(), taken: BTreeMap::new() },
+    };
     let thread = std::thread::Builder::new()
         .name("paxsql-global-log".into())
         .spawn(move || d.run(rx))
@@ -246,6 +258,63 @@ struct Driver {
     applied: broadcast::Sender<Applied>,
     /// Messages addressed to this node itself, delivered without the network.
     loopback: Vec<PeerMessage>,
+    rounds: RoundClock,
+}
+
+/// Times the parts of Paxos rounds that only the driver sees (`paxsql_paxos_round_seconds`): when an Accept left
+/// for the peers and its first Accepted came back (leader), when an Accept was taken and its Accepted left (every
+/// member), how long each store write took.
+struct RoundClock {
+    metrics: Metrics,
+    /// Leader: instance → when its Accept was first handed to the links.
+    sent: BTreeMap<Instance, Instant>,
+    /// Member: instance → when an Accept for it was taken from the inbox.
+    taken: BTreeMap<Instance, Instant>,
+}
+
+/// Entries of either map beyond which the oldest are forgotten (rounds a leader change left unanswered).
+const ROUNDS_TRACKED: usize = 4096;
+
+impl RoundClock {
+    /// A message taken from the inbox.
+    fn taken(&mut self, m: &PeerMessage) {
+        let PeerMessage::Paxos(m) = m else { return };
+        match m.body {
+            MessageBody::Accepted { instance, .. } => {
+                if let Some(at) = self.sent.remove(&instance) {
+                    self.metrics.record_paxos_round(PaxosRoundPart::PeerRoundTrip, at.elapsed());
+                }
+            }
+            MessageBody::Accept { instance, .. } => {
+                self.taken.entry(instance).or_insert_with(Instant::now);
+                forget_oldest(&mut self.taken);
+            }
+            _ => {}
+        }
+    }
+
+    /// A message handed to the links.
+    fn sent(&mut self, m: &PeerMessage) {
+        let PeerMessage::Paxos(m) = m else { return };
+        match m.body {
+            MessageBody::Accept { instance, .. } => {
+                self.sent.entry(instance).or_insert_with(Instant::now);
+                forget_oldest(&mut self.sent);
+            }
+            MessageBody::Accepted { instance, .. } => {
+                if let Some(at) = self.taken.remove(&instance) {
+                    self.metrics.record_paxos_round(PaxosRoundPart::AcceptService, at.elapsed());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn forget_oldest(m: &mut BTreeMap<Instance, Instant>) {
+    while m.len() > ROUNDS_TRACKED {
+        m.pop_first();
+    }
 }
 
 impl Driver {
@@ -286,7 +355,10 @@ impl Driver {
     fn handle(&mut self, input: Input) -> bool {
         let now = self.clock.now_ms();
         match input {
-            Input::Peer(m) => self.node.step(m, now),
+            Input::Peer(m) => {
+                self.rounds.taken(&m);
+                self.node.step(m, now)
+            }
             Input::ProposeBinlog { domain_id, server_id, first_seq, last_seq, events, reply } => {
                 self.node.tick(now);
                 let _ = reply.send(self.node.propose_binlog(domain_id, server_id, first_seq, last_seq, events.into()));
@@ -342,9 +414,9 @@ impl Driver {
                     "this member is behind the cluster's compacted log: asking the members for a snapshot"
                 );
             }
-            let Driver { node, store, outbox, sink, applied, loopback, .. } = self;
+            let Driver { node, store, outbox, sink, applied, loopback, rounds, .. } = self;
             let mut io =
-                DriverIo { me: node.id(), paxos: &node.config().paxos, store, outbox, sink, applied, loopback };
+                DriverIo { me: node.id(), paxos: &node.config().paxos, store, outbox, sink, applied, loopback, rounds };
             ready.carry_out(&mut io)?;
             if self.loopback.is_empty() {
                 break;
@@ -412,6 +484,7 @@ struct DriverIo<'a> {
     sink: &'a mut Box<dyn AppliedSink>,
     applied: &'a broadcast::Sender<Applied>,
     loopback: &'a mut Vec<PeerMessage>,
+    rounds: &'a mut RoundClock,
 }
 
 impl ReadyIo for DriverIo<'_> {
@@ -421,6 +494,7 @@ impl ReadyIo for DriverIo<'_> {
         if m.to() == self.me {
             self.loopback.push(m);
         } else {
+            self.rounds.sent(&m);
             self.outbox.send(m);
         }
     }
@@ -468,7 +542,13 @@ impl ReadyIo for DriverIo<'_> {
             }
         }
         if !batch.is_empty() {
-            self.store.write(&batch, true)?;
+            // Chosen entries alone skip the fsync (`WriteBatch::needs_sync` says why that is safe): one fewer
+            // per round on every member, and the driver thread free for the next input sooner.
+            let sync = batch.needs_sync() || !after.is_empty();
+            let started = Instant::now();
+            self.store.write(&batch, sync)?;
+            let part = if sync { PaxosRoundPart::StoreWriteSynced } else { PaxosRoundPart::StoreWriteUnsynced };
+            self.rounds.metrics.record_paxos_round(part, started.elapsed());
         }
         for m in after {
             self.send(m);

@@ -208,6 +208,8 @@ impl Outbox for TransportOutbox {
 pub(crate) struct GlobalLog {
     pub binlog: Arc<ServedBinlog>,
     pub driver: DriverHandle,
+    /// The node's Prometheus series (the driver, the capture, the ports and the served binlog feed them).
+    pub metrics: Metrics,
 }
 
 impl GlobalLog {
@@ -218,11 +220,13 @@ impl GlobalLog {
         let store = RaftEngineStorage::open(&cfg.data_dir.join("global-log"))?;
         let sink = Box::new(crate::feed::ServedBinlogFeed(binlog.clone()));
         let outbox = TransportOutbox { client, runtime: tokio::runtime::Handle::current(), links: peers.links.clone() };
-        let driver = driver::start(cfg.global_log_config(), store, Box::new(outbox), sink)?;
+        // Created here, the first user: the driver times its Paxos rounds into it.
+        let metrics = Metrics::new(cfg.node_id);
+        let driver = driver::start(cfg.global_log_config(), store, Box::new(outbox), sink, metrics.clone())?;
         let desk = MembershipDesk { inbox: driver.inbox.clone(), status: driver.status.clone() };
         peers.admin.membership.send_replace(Some(desk));
         let _ = peers.driver_inbox.set(driver.inbox.clone());
-        Ok(GlobalLog { binlog, driver })
+        Ok(GlobalLog { binlog, driver, metrics })
     }
 }
 
@@ -285,7 +289,7 @@ impl LocalDatabase {
             Arc::new(BackupDonor::new(cfg.mariadb.clone(), defaults_file, admin_password, cfg.data_dir.clone()));
         peers.admin.donor.send_replace(Some((donor, role.clone())));
 
-        let metrics = Metrics::new(cfg.node_id);
+        let metrics = log.metrics.clone();
         let directory = Directory::from_config(cfg);
         let ctx = Arc::new(RoleContext {
             node_id: cfg.node_id,

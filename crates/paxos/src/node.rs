@@ -39,6 +39,10 @@ pub struct Config {
     /// caller's storage: a member that far behind is answered from there (see [`Ready::catch_up_reads`]), so the
     /// memory a node needs does not grow with the log it retains for laggards.
     pub chosen_cache_bytes: usize,
+    /// A chosen value larger than this (a part of a large transaction) is not kept in memory: it empties the
+    /// cache, so a large transaction passing through never fills it with its parts, and the small values after it
+    /// are cached again. Members behind it are answered from storage.
+    pub chosen_cache_value_limit: usize,
     /// Deliberately broken behaviour, only for proving that the simulator catches it. Never set in the daemon.
     #[doc(hidden)]
     pub bug: Option<Bug>,
@@ -68,6 +72,7 @@ impl Config {
             catch_up_max_entries: 512,
             catch_up_max_bytes: 8 << 20,
             chosen_cache_bytes: 32 << 20,
+            chosen_cache_value_limit: 1 << 20,
             bug: None,
         }
     }
@@ -965,6 +970,13 @@ impl PaxosNode {
     /// Keeps `value` (chosen at `instance`, the next after the ones held) in memory, dropping the oldest beyond
     /// `chosen_cache_bytes`: storage keeps them.
     fn hold_chosen(&mut self, instance: Instance, value: Value) {
+        if value.size_bytes() > self.cfg.chosen_cache_value_limit {
+            // The cache must stay one contiguous run up to `last_chosen` (catch-up reads it from its first
+            // instance on): leaving this one out means starting again after it.
+            self.chosen_log.clear();
+            self.chosen_log_bytes = 0;
+            return;
+        }
         self.chosen_log_bytes += value.size_bytes();
         self.chosen_log.insert(instance, value);
         while self.chosen_log_bytes > self.cfg.chosen_cache_bytes {

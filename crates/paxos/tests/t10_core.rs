@@ -279,6 +279,43 @@ fn a_member_behind_the_memory_window_is_caught_up_from_storage_and_not_promised(
     assert!(n2.promised() < Ballot::new(50, 3));
 }
 
+/// A chosen value above `chosen_cache_value_limit` (a part of a large transaction) is not kept in memory: it
+/// empties the cache, the small values after it are cached again, and a member asking from before them is caught
+/// up from storage — so a large transaction passing through never fills the cache with its parts.
+#[test]
+fn a_value_above_the_cache_limit_empties_the_cache_and_is_read_from_storage() {
+    let m = Membership::new([1, 2, 3]);
+    let mut g: BTreeMap<NodeId, PaxosNode> = (1..=3)
+        .map(|id| {
+            let mut cfg = Config::new(id);
+            cfg.chosen_cache_value_limit = 1000;
+            (id, PaxosNode::new(cfg, m.clone()))
+        })
+        .collect();
+    g.get_mut(&1).unwrap().campaign();
+    settle(&mut g, |_| false);
+    for size in [100usize, 100, 5000, 100, 100] {
+        g.get_mut(&1).unwrap().propose(vec![7u8; size].into()).unwrap();
+        settle(&mut g, |_| false);
+    }
+    let last = g[&1].last_chosen();
+    // The large value was chosen at last - 2: the leader holds only the two small ones after it.
+    assert_eq!(g[&1].first_in_memory(), last - 1);
+    assert!(g[&1].chosen_value(last).is_some());
+    for id in 1..=3 {
+        assert!(g[&id].last_chosen() >= last - 2, "node {id} learned the large value");
+        assert_eq!(g[&id].chosen_value(last - 2), None, "node {id} keeps the large value");
+    }
+    let leader = g.get_mut(&1).unwrap();
+    leader.step(Message { from: 3, to: 1, body: MessageBody::CatchUpRequest { from_instance: last - 2 } });
+    let r = leader.take_ready();
+    assert!(r.messages.is_empty(), "nothing answered from memory: {:?}", r.messages);
+    assert_eq!(
+        r.catch_up_reads,
+        vec![paxsql_paxos::CatchUpRead { to: 3, from_instance: last - 2, chosen_up_to: last }]
+    );
+}
+
 /// Regression (simulator seeds 22426, 58370, ...): a leader that learns, from a catch-up, values chosen past its
 /// next slot must not propose there: its commit point would tell followers that its own proposal was chosen.
 #[test]
