@@ -306,11 +306,19 @@ fn stop_quietly_on_closed_pipe() {
 /// returns their free pages: with a tokio pool, the driver thread and the dump tasks, a node's RSS then grows to the
 /// high-water mark of every arena. Two arenas keep the node's memory close to what it holds (bench/RESULTS.md,
 /// "Memory and disk under a steady write load").
+///
+/// A fixed mmap threshold of 1 MiB: glibc otherwise raises its threshold to the size of every large block freed, so
+/// after the first 4 MiB part of a large transaction every later one (receive buffers, store batches, compression
+/// buffers) came from the arenas and stayed there as free but resident memory. A 256 MiB transaction grew each
+/// node's RSS by 76–98 MiB with the dynamic threshold, 49–50 MiB with this; a 1 GiB one by 49–65 MiB with this and
+/// 58–78 MiB with a 4 MiB threshold (bench/RESULTS.md, "One transaction larger than a log entry"). Blocks this
+/// large are rare on the small-transaction path.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before any other thread exists.
+    // SAFETY: mallopt only sets allocator parameters; called before any other thread exists.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 
