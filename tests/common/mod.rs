@@ -186,7 +186,8 @@ impl Cluster {
     }
 
     pub fn password(&self) -> String {
-        self.info["application_account"]["password"].as_str().unwrap_or("").to_string()
+        let file = self.info["application_account"]["password_file"].as_str().unwrap_or("");
+        std::fs::read_to_string(file).map(|p| p.trim().to_string()).unwrap_or_default()
     }
 
     /// Waits for a master other than `not`, returns it.

@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use paxsql_peer_transport::TlsConfig;
+
+/// The application account's password, 0600, under the cluster directory (status output names the file, never the
+/// password).
+const APP_PASSWORD_FILE: &str = "secrets/app.password";
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -570,6 +574,8 @@ fn up(
     write_secret(&dir.join("secrets/admin.password"), &admin_pw)?;
     write_secret(&dir.join("secrets/replication.password"), &repl_pw)?;
     write_secret(&dir.join("secrets/admin_sql.password"), &random_secret(24))?;
+    // The application account's password, for people and scripts: never printed, never on a command line.
+    write_secret(&dir.join(APP_PASSWORD_FILE), &app_pw)?;
     let nodes: Vec<NodeLayout> = (1..=count).map(|id| NodeLayout::new(&dir, id, base, address_per_node)).collect();
     let file = ClusterFile {
         cluster_id: cluster_id.clone(),
@@ -624,13 +630,18 @@ fn up(
     // Verifying the node's certificate against the cluster CA: the proxy terminates TLS, so the name checked is the
     // node dialled, whichever node's mariadbd serves behind it.
     let verify = pki.as_ref().map(|p| format!(" --ssl-verify-server-cert --ssl-ca={}", p.ca().display()));
+    println!(
+        "  (account {}, its password in {}: `-p` asks for it, or set MYSQL_PWD=\"$(cat {})\")",
+        file.app_user,
+        dir.join(APP_PASSWORD_FILE).display(),
+        dir.join(APP_PASSWORD_FILE).display()
+    );
     for n in &nodes {
         println!(
-            "  mariadb -h{} -P{} -u{} -p'{}'{} {}",
+            "  mariadb -h{} -P{} -u{} -p{} {}",
             n.host,
             n.proxy_rw_port,
             file.app_user,
-            file.app_password,
             verify.as_deref().unwrap_or(""),
             file.app_database
         );
@@ -787,7 +798,11 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             "master": master,
             "members": members,
             "nodes": rows,
-            "application_account": { "user": file.app_user, "password": file.app_password, "database": file.app_database },
+            "application_account": {
+                "user": file.app_user,
+                "password_file": dir.join(APP_PASSWORD_FILE),
+                "database": file.app_database,
+            },
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
@@ -842,6 +857,11 @@ fn status(dir: &Path, json: bool) -> anyhow::Result<()> {
             println!("node {}: database {}: {detail}", cell(&r["id"]), cell(&r["database"]));
         }
     }
-    println!("application account: {} / {} (database {})", file.app_user, file.app_password, file.app_database);
+    println!(
+        "application account: {} (database {}), password in {}",
+        file.app_user,
+        file.app_database,
+        dir.join(APP_PASSWORD_FILE).display()
+    );
     Ok(())
 }
