@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use paxsql_peer_transport::TlsConfig;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
 
 /// The application account's password, 0600, under the cluster directory (status output names the file, never the
 /// password).
 const APP_PASSWORD_FILE: &str = "secrets/app.password";
-use rand::Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::pki::ClusterPki;
 use crate::secret_file::write_secret;

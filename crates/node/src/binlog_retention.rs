@@ -73,7 +73,7 @@ async fn purge_round(
             continue;
         }
         let freed: u64 = files[..keep].iter().map(|(_, size)| size).sum();
-        conn.query_drop(format!("PURGE BINARY LOGS TO '{}'", name.replace('\'', "''"))).await?;
+        conn.query_drop(format!("PURGE BINARY LOGS TO {}", quoted(name))).await?;
         let left: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await?;
         let purged = files.len().saturating_sub(left.len());
         ctx.metrics.update_mariadb_binlog(left.iter().map(|(_, size)| size).sum(), left.len() as u64);
@@ -104,7 +104,7 @@ async fn gtid_state_before(
     conn: &mut mysql_async::Conn,
     file: &str,
 ) -> Result<Result<GtidSet, String>, mysql_async::Error> {
-    let sql = format!("SHOW BINLOG EVENTS IN '{}' LIMIT 4", file.replace('\'', "''"));
+    let sql = format!("SHOW BINLOG EVENTS IN {} LIMIT 4", quoted(file));
     let rows: Vec<(String, u64, String, u64, u64, String)> = conn.query(sql).await?;
     let mut seen = Vec::new();
     for (_, _, kind, _, _, info) in rows {
@@ -114,6 +114,11 @@ async fn gtid_state_before(
         seen.push(kind);
     }
     Ok(Err(format!("events {seen:?}")))
+}
+
+/// A binlog file name as an SQL string literal.
+fn quoted(file: &str) -> String {
+    format!("'{}'", file.replace('\'', "''"))
 }
 
 /// `SHOW BINLOG EVENTS` prints a Gtid_list event as `[0-1-5,0-2-9,1-2-3]` (`[]` when empty): the binlog state, one

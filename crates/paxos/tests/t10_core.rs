@@ -5,8 +5,19 @@ use std::collections::BTreeMap;
 use paxsql_paxos::{Ballot, Config, Membership, Message, MessageBody, NodeId, PaxosNode, Role, Value};
 
 fn group(n: u64) -> BTreeMap<NodeId, PaxosNode> {
+    group_with(n, |_| {})
+}
+
+/// A group of `n` whose members' configuration `tune` adjusts.
+fn group_with(n: u64, tune: impl Fn(&mut Config)) -> BTreeMap<NodeId, PaxosNode> {
     let m = Membership::new(1..=n);
-    (1..=n).map(|id| (id, PaxosNode::new(Config::new(id), m.clone()))).collect()
+    (1..=n)
+        .map(|id| {
+            let mut cfg = Config::new(id);
+            tune(&mut cfg);
+            (id, PaxosNode::new(cfg, m.clone()))
+        })
+        .collect()
 }
 
 /// Delivers every message (after-persist ones too: storage is instant here) until the group is quiet, except
@@ -235,14 +246,8 @@ fn a_member_behind_a_compaction_is_told_to_rebuild() {
 /// neither promised nor answered from memory, but caught up from storage (a read the caller serves).
 #[test]
 fn a_member_behind_the_memory_window_is_caught_up_from_storage_and_not_promised() {
-    let m = Membership::new([1, 2, 3]);
-    let mut g: BTreeMap<NodeId, PaxosNode> = (1..=3)
-        .map(|id| {
-            let mut cfg = Config::new(id);
-            cfg.chosen_cache_bytes = 3 * Value::Batch(vec![vec![0u8; 100].into()]).size_bytes();
-            (id, PaxosNode::new(cfg, m.clone()))
-        })
-        .collect();
+    let cache = 3 * Value::Batch(vec![vec![0u8; 100].into()]).size_bytes();
+    let mut g = group_with(3, |cfg| cfg.chosen_cache_bytes = cache);
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
     for i in 0..10u8 {
@@ -284,14 +289,7 @@ fn a_member_behind_the_memory_window_is_caught_up_from_storage_and_not_promised(
 /// up from storage — so a large transaction passing through never fills the cache with its parts.
 #[test]
 fn a_value_above_the_cache_limit_empties_the_cache_and_is_read_from_storage() {
-    let m = Membership::new([1, 2, 3]);
-    let mut g: BTreeMap<NodeId, PaxosNode> = (1..=3)
-        .map(|id| {
-            let mut cfg = Config::new(id);
-            cfg.chosen_cache_value_limit = 1000;
-            (id, PaxosNode::new(cfg, m.clone()))
-        })
-        .collect();
+    let mut g = group_with(3, |cfg| cfg.chosen_cache_value_limit = 1000);
     g.get_mut(&1).unwrap().campaign();
     settle(&mut g, |_| false);
     for size in [100usize, 100, 5000, 100, 100] {

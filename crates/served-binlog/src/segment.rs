@@ -264,10 +264,7 @@ pub(crate) fn read_entries(dir: &Path, summary: &Summary, entries_at: u64) -> Re
     if crc32fast::hash(&buf[..len]) != u32_at(&buf, len) {
         return Err(corrupt("index entries checksum mismatch"));
     }
-    Ok(buf[..len]
-        .chunks_exact(ENTRY_BYTES)
-        .map(|c| Entry { offset: u64_at(c, 0), len: u32_at(c, 8), instance: u64_at(c, 12), gtid: gtid_at(c, 20) })
-        .collect())
+    Ok(buf[..len].chunks_exact(ENTRY_BYTES).map(decode_entry).collect())
 }
 
 /// Where `want` sits in a sealed single-domain segment (whose seq_no grows along it), read from its index file
@@ -295,7 +292,7 @@ pub(crate) fn find_in_index(
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         read_exact_at(&f, &path, &mut buf, entries_at + (mid * ENTRY_BYTES) as u64)?;
-        let gtid = gtid_at(&buf, 20);
+        let gtid = decode_entry(&buf).gtid;
         match gtid.seq_no.cmp(&want.seq_no) {
             std::cmp::Ordering::Less => lo = mid + 1,
             std::cmp::Ordering::Greater => hi = mid,
@@ -303,6 +300,11 @@ pub(crate) fn find_in_index(
         }
     }
     Ok(None)
+}
+
+/// One index entry (`ENTRY_BYTES`): offset, length, Paxos instance, GTID.
+fn decode_entry(c: &[u8]) -> Entry {
+    Entry { offset: u64_at(c, 0), len: u32_at(c, 8), instance: u64_at(c, 12), gtid: gtid_at(c, 20) }
 }
 
 pub(crate) fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
