@@ -3,13 +3,14 @@
 # sysbench oltp_insert through the master node's RW port for SECONDS; every SAMPLE_EVERY (10) s, per node: RSS of the
 # paxsql node process, bytes of its served binlog, of its global-log store and of its mariadbd's own binlog files,
 # the transactions acknowledged so far (all masters' captures), and the GTID lookups the node's served binlog did in
-# the interval with their p99 (from /metrics: bucket upper bound). Then kill -9 one replica node and time its restart
+# the interval with their p99 (from /metrics: bucket upper bound), and the p99s of their two parts: the wait for the
+# store's lock, the thread's CPU time (the rest of a slow lookup is waiting for a core). Then kill -9 one replica node and time its restart
 # until its RO port serves again. Prints a table per sample and a summary; writes the samples as CSV to OUT.
 # Usage: bench/memory/run.sh [SECONDS=240] [THREADS=32] [BASE_PORT=27000] [OUT=bench/memory/samples.csv]
 # TRANSACTIONS=N runs until N transactions instead (SECONDS is then the limit); RATE=N offers N transactions per
 # second (sysbench --rate) instead of as many as the threads get through, for a load the replicas can follow. The
 # soak of issue 12 item 4 is
-#   TRANSACTIONS=10000000 RATE=2000 SAMPLE_EVERY=60 bench/memory/run.sh 7200 32 27000 bench/memory/soak.csv
+#   TRANSACTIONS=10000000 SAMPLE_EVERY=60 bench/memory/run.sh 7200 64 27000 bench/memory/soak.csv
 # PAXSQL_BIN runs another build (e.g. an older one, for comparison); PAXSQL_UP_ARGS adds `cluster up` arguments.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -43,33 +44,43 @@ LOOKUPS_PY=$(cat <<'PY'
 import sys
 prev_file = sys.argv[1]
 acked, buckets = 0, {}
+# The lookup's wall time, its wait for the store's lock, its thread's CPU time.
+SERIES = ("paxsql_served_binlog_lookup_seconds", "paxsql_served_binlog_lookup_lock_wait_seconds",
+          "paxsql_served_binlog_lookup_cpu_seconds")
 for line in sys.stdin:
     if line.startswith("paxsql_capture_acked_transactions"):
         acked = int(float(line.split()[-1]))
-    elif line.startswith("paxsql_served_binlog_lookup_seconds_bucket"):
-        le = line.split('le="')[1].split('"')[0]
-        buckets[le] = float(line.split()[-1])
+    for name in SERIES:
+        if line.startswith(name + "_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets[f"{name}:{le}"] = float(line.split()[-1])
 try:
     prev = dict((k, float(v)) for k, v in (l.split() for l in open(prev_file)))
 except (OSError, ValueError):
     prev = {}
 open(prev_file, "w").write("".join(f"{k} {v}\n" for k, v in buckets.items()))
-delta = sorted(((float("inf") if k == "+Inf" else float(k)), v - prev.get(k, 0.0)) for k, v in buckets.items())
-count = delta[-1][1] if delta else 0
-p99 = 0.0
-if count > 0:
-    p99 = next(le for le, c in delta if c >= 0.99 * count)
-print(acked, int(count), -1 if p99 == float("inf") else int(p99 * 1e6))
+out = [acked]
+for name in SERIES:
+    mine = [(k.split(":")[1], v) for k, v in buckets.items() if k.startswith(name + ":")]
+    delta = sorted(((float("inf") if le == "+Inf" else float(le)), v - prev.get(f"{name}:{le}", 0.0)) for le, v in mine)
+    count = delta[-1][1] if delta else 0
+    p99 = 0.0
+    if count > 0:
+        p99 = next(le for le, c in delta if c >= 0.99 * count)
+    if name == SERIES[0]:
+        out.append(int(count))
+    out.append(-1 if p99 == float("inf") else int(p99 * 1e6))
+print(*out)
 PY
 )
 lookups() { metrics "$1" | python3 -c "$LOOKUPS_PY" "$DIR/lookups.n$1"; }
 sample() {
   local t=$1 line="$1" acked=0
   for n in 1 2 3; do
-    read -r a count p99 < <(lookups "$n")
+    read -r a count p99 wait_p99 cpu_p99 < <(lookups "$n")
     acked=$(( acked + a ))
     line="$line,$(rss_kb "$n"),$(bytes "$DIR/n$n/node/served-binlog"),$(bytes "$DIR/n$n/node/global-log")"
-    line="$line,$(own_binlog "$n"),$count,$p99"
+    line="$line,$(own_binlog "$n"),$count,$p99,$wait_p99,$cpu_p99"
   done
   line="$line,$acked,$(status | python3 -c "import json,sys; print(','.join(str(n.get('lag_transactions') or 0) for n in sorted(json.load(sys.stdin)['nodes'], key=lambda n: n['id'])))" 2>/dev/null || echo 0,0,0)"
   echo "$line" >> "$OUT"
@@ -79,15 +90,15 @@ v = sys.argv[1].split(",")
 t = v[0]
 cells = []
 for n in range(3):
-    rss, served, paxos, own, count, p99 = (int(x) for x in v[1 + 6 * n: 7 + 6 * n])
+    rss, served, paxos, own, count, p99, wait_p99, cpu_p99 = (int(x) for x in v[1 + 8 * n: 9 + 8 * n])
     cells.append(f"n{n + 1} rss {rss / 1024:6.1f} MB served {served / 2**20:7.1f} MiB log {paxos / 2**20:7.1f} MiB "
-                 f"binlog {own / 2**20:7.1f} MiB lookups {count} p99 {p99} us")
-print(f"t={t:>5}s acked {int(v[19]):>9} behind {'/'.join(v[20:23])}  " + "  |  ".join(cells), flush=True)
+                 f"binlog {own / 2**20:7.1f} MiB lookups {count} p99 {p99} us (lock {wait_p99} cpu {cpu_p99})")
+print(f"t={t:>5}s acked {int(v[25]):>9} behind {'/'.join(v[26:29])}  " + "  |  ".join(cells), flush=True)
 PY
 }
 header=t
 for n in 1 2 3; do
-  header="$header,n${n}_rss_kb,n${n}_served_bytes,n${n}_log_bytes,n${n}_binlog_bytes,n${n}_lookups,n${n}_lookup_p99_us"
+  header="$header,n${n}_rss_kb,n${n}_served_bytes,n${n}_log_bytes,n${n}_binlog_bytes,n${n}_lookups,n${n}_lookup_p99_us,n${n}_lookup_wait_p99_us,n${n}_lookup_cpu_p99_us"
 done
 echo "$header,acked,n1_lag,n2_lag,n3_lag" > "$OUT"
 SB=(sysbench oltp_insert --tables=4 --table-size=1000 --mysql-host=127.0.0.1 --mysql-port="$RW" --mysql-user=app

@@ -121,6 +121,8 @@ struct Inner {
     served_transactions: Gauge<u64, AtomicU64>,
     served_cache_bytes: Gauge<u64, AtomicU64>,
     served_lookup_latency: Histogram,
+    served_lookup_lock_wait: Histogram,
+    served_lookup_cpu: Histogram,
     proxy_active: Gauge<u64, AtomicU64>,
     proxy_total: Counter,
     proxy_refused: Family<ReasonLabels, Counter>,
@@ -156,8 +158,11 @@ pub struct ServedBinlogFigures {
     /// Transactions held (between the oldest kept after retention and the newest).
     pub transactions: u64,
     pub cache_bytes: u64,
-    /// GTID lookups since the last update.
+    /// GTID lookups since the last update: their wall times, the parts spent waiting for the store's lock, and
+    /// the CPU time their threads spent (one entry per lookup in each).
     pub lookups: Vec<Duration>,
+    pub lookup_lock_waits: Vec<Duration>,
+    pub lookup_cpu: Vec<Duration>,
 }
 
 /// The node's metrics. Cheap to clone; clones share the same series.
@@ -199,6 +204,9 @@ impl Metrics {
             // 10 µs .. ~160 ms: a lookup in the cached tail takes microseconds, one that loads a sealed segment's
             // index from disk a millisecond or more.
             served_lookup_latency: Histogram::new(exponential_buckets(0.000_01, 2.0, 15)),
+            // 1 µs .. ~130 ms: the parts of a lookup are finer than the whole.
+            served_lookup_lock_wait: Histogram::new(exponential_buckets(0.000_001, 2.0, 18)),
+            served_lookup_cpu: Histogram::new(exponential_buckets(0.000_001, 2.0, 18)),
             proxy_active: Gauge::default(),
             proxy_total: Counter::default(),
             proxy_refused: Family::default(),
@@ -311,6 +319,17 @@ impl Metrics {
             "paxsql_served_binlog_lookup_seconds",
             "Time to find a replica's GTID position in the served binlog (a dump's start, the alignment checks)",
             inner.served_lookup_latency.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_lookup_lock_wait_seconds",
+            "Part of a served-binlog GTID lookup spent waiting for the store's lock (held by appends and dumps' reads)",
+            inner.served_lookup_lock_wait.clone(),
+        );
+        r.register(
+            "paxsql_served_binlog_lookup_cpu_seconds",
+            "CPU time a served-binlog GTID lookup's thread spent on it: the lookup's own work (wall time minus lock \
+             wait minus this is time waiting for a core)",
+            inner.served_lookup_cpu.clone(),
         );
         r.register("paxsql_proxy_connections_active", "Open proxy client connections", inner.proxy_active.clone());
         r.register("paxsql_proxy_connections", "Proxy client connections accepted", inner.proxy_total.clone());
@@ -446,8 +465,14 @@ impl Metrics {
         m.served_segments.set(now.segments);
         m.served_transactions.set(now.transactions);
         m.served_cache_bytes.set(now.cache_bytes);
-        for l in now.lookups {
-            m.served_lookup_latency.observe(l.as_secs_f64());
+        for (series, times) in [
+            (&m.served_lookup_latency, now.lookups),
+            (&m.served_lookup_lock_wait, now.lookup_lock_waits),
+            (&m.served_lookup_cpu, now.lookup_cpu),
+        ] {
+            for t in times {
+                series.observe(t.as_secs_f64());
+            }
         }
     }
 
@@ -620,11 +645,17 @@ mod tests {
         assert_eq!(value(&text, r#"paxsql_write_hop_seconds_bucket{node="1",le="0.00064",hop="choose"}"#), Some(1.0));
         assert_eq!(value(&text, r#"paxsql_write_hop_seconds_count{node="1",hop="inbox"}"#), Some(1.0));
         let lookups = vec![Duration::from_micros(15), Duration::from_millis(3)];
-        m.update_served_binlog(ServedBinlogFigures { segments: 2, lookups, ..Default::default() });
+        let lookup_cpu = vec![Duration::from_micros(3), Duration::from_micros(12)];
+        m.update_served_binlog(ServedBinlogFigures { segments: 2, lookups, lookup_cpu, ..Default::default() });
         let text = m.encode();
         assert_eq!(value(&text, r#"paxsql_served_binlog_segments{node="1"}"#), Some(2.0), "{text}");
         assert_eq!(value(&text, r#"paxsql_served_binlog_lookup_seconds_count{node="1"}"#), Some(2.0));
         assert_eq!(value(&text, r#"paxsql_served_binlog_lookup_seconds_bucket{node="1",le="0.00002"}"#), Some(1.0));
+        assert_eq!(
+            value(&text, r#"paxsql_served_binlog_lookup_cpu_seconds_bucket{node="1",le="0.000004"}"#),
+            Some(1.0)
+        );
+        assert_eq!(value(&text, r#"paxsql_served_binlog_lookup_lock_wait_seconds_count{node="1"}"#), Some(0.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_total{node="1"}"#), Some(6.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_active{node="1"}"#), Some(1.0));
         assert_eq!(value(&text, r#"paxsql_proxy_connections_cut_total{node="1"}"#), Some(3.0));

@@ -468,8 +468,17 @@ async fn feed_metrics(metrics: Metrics, proxy: Arc<ProxyStats>, peer: Arc<Server
             segments: s.segments as u64,
             transactions: s.next_index - s.first_index,
             cache_bytes: s.cache_bytes as u64,
-            lookups: served.take_lookup_times(),
+            ..lookup_figures(served.take_lookup_times())
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn lookup_figures(times: Vec<paxsql_served_binlog::LookupTime>) -> ServedBinlogFigures {
+    ServedBinlogFigures {
+        lookups: times.iter().map(|t| t.wall).collect(),
+        lookup_lock_waits: times.iter().map(|t| t.lock_wait).collect(),
+        lookup_cpu: times.iter().map(|t| t.cpu).collect(),
+        ..Default::default()
     }
 }

@@ -12,8 +12,10 @@
 
 mod conformance_impl;
 mod error;
+mod lookup_clock;
 mod segment;
 mod store;
 
 pub use error::{Error, Result};
+pub use lookup_clock::LookupTime;
 pub use store::{ServedBinlog, ServedBinlogConfig, ServedBinlogStats};

@@ -13,6 +13,7 @@ use paxsql_repl_server::{Batch, Cursor, EventSource, Transaction};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
+use crate::lookup_clock::{LookupClock, LookupTime};
 use crate::segment::{
     self, decode_record, encode_record, Entry, SegmentHeader, Summary, CONTINUES, END_OF_APPEND, RECORD_HEADER,
 };
@@ -86,7 +87,7 @@ pub struct ServedBinlog {
     /// Index of the next transaction; dumps waiting for more subscribe to it.
     next_tx: watch::Sender<u64>,
     /// Durations of GTID lookups (`locate`, `holds`) not yet taken by [`ServedBinlog::take_lookup_times`].
-    lookups: Mutex<Vec<Duration>>,
+    lookups: Mutex<Vec<LookupTime>>,
 }
 
 /// Lookup durations kept between two takes; beyond this the newest are dropped (only figures are lost).
@@ -316,14 +317,15 @@ impl ServedBinlog {
     }
 
     /// The durations of the GTID lookups since the last call (for the node's latency histogram).
-    pub fn take_lookup_times(&self) -> Vec<Duration> {
+    pub fn take_lookup_times(&self) -> Vec<LookupTime> {
         std::mem::take(&mut *self.lookups.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn note_lookup(&self, started: std::time::Instant) {
+    fn note_lookup(&self, clock: LookupClock) {
+        let time = clock.finish();
         let mut l = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
         if l.len() < LOOKUPS_KEPT {
-            l.push(started.elapsed());
+            l.push(time);
         }
     }
 
@@ -343,27 +345,28 @@ impl ServedBinlog {
     /// keeps slices of `events` (the chosen value's buffer), not a copy.
     pub fn append_instance(&self, instance: u64, events: Bytes) -> Result<usize> {
         let _writer = self.writer();
-        let (trxs, last, file, path, at) = {
+        // Only a holder of `writer` changes the state, so what is read here stays true until `publish`; the events
+        // are parsed and checked outside `inner`, which GTID lookups and dumps wait for.
+        let (last_instance, mut last, file, path, at) = {
             let inner = self.lock();
-            if instance < inner.last_instance {
-                return Ok(0);
-            }
-            let trxs = split_transactions(events)?;
-            if instance == inner.last_instance && trxs.iter().all(|(_, t)| inner.last.contains(&t.gtid)) {
-                return Ok(0);
-            }
-            let mut last = inner.last.clone();
-            for (_, t) in &trxs {
-                if let Some(have) = last.get(t.gtid.domain_id) {
-                    if have.seq_no >= t.gtid.seq_no {
-                        return Err(paxsql_repl_server::Error::GtidOutOfOrder { have: *have, got: t.gtid }.into());
-                    }
-                }
-                last.set(t.gtid);
-            }
             let active = inner.active();
-            (trxs, last, active.file.clone(), active.path.clone(), active.data_end)
+            (inner.last_instance, inner.last.clone(), active.file.clone(), active.path.clone(), active.data_end)
         };
+        if instance < last_instance {
+            return Ok(0);
+        }
+        let trxs = split_transactions(events)?;
+        if instance == last_instance && trxs.iter().all(|(_, t)| last.contains(&t.gtid)) {
+            return Ok(0);
+        }
+        for (_, t) in &trxs {
+            if let Some(have) = last.get(t.gtid.domain_id) {
+                if have.seq_no >= t.gtid.seq_no {
+                    return Err(paxsql_repl_server::Error::GtidOutOfOrder { have: *have, got: t.gtid }.into());
+                }
+            }
+            last.set(t.gtid);
+        }
         // Past the active segment's end, which readers do not go beyond until `publish`.
         let mut buf = Vec::with_capacity(trxs.iter().map(|(p, _)| p.len() + RECORD_HEADER).sum());
         let n = trxs.len();
@@ -570,12 +573,13 @@ impl ServedBinlog {
     /// Whether the log holds every GTID of `state` (a replica's `gtid_binlog_pos`), or it is exactly where the held
     /// history starts.
     pub fn holds(&self, state: &GtidSet) -> bool {
-        let started = std::time::Instant::now();
+        let mut clock = LookupClock::start();
         let held = {
             let mut inner = self.lock();
+            clock.locked();
             state.iter().all(|want| matches!(inner.find(want), Ok(Some(_))))
         };
-        self.note_lookup(started);
+        self.note_lookup(clock);
         held
     }
 
@@ -1092,9 +1096,13 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 impl EventSource for ServedBinlog {
     fn locate(&self, state: &GtidSet) -> paxsql_repl_server::Result<Cursor> {
-        let started = std::time::Instant::now();
-        let found = self.lock().locate(state);
-        self.note_lookup(started);
+        let mut clock = LookupClock::start();
+        let found = {
+            let mut inner = self.lock();
+            clock.locked();
+            inner.locate(state)
+        };
+        self.note_lookup(clock);
         found
     }
 
