@@ -170,7 +170,7 @@ impl ClusterAuth {
         self.check(req.metadata()).map_err(|failure| reject(req.remote_addr(), &self.cluster_id, &failure))
     }
 
-    /// A tonic interceptor doing [`ClusterAuth::check_request`], for services other than `Peer` (e.g. `Admin`):
+    /// A tonic interceptor doing [`ClusterAuth::check_request`], for the gRPC services of the peer port (`Admin`):
     /// `AdminServer::with_interceptor(svc, auth.interceptor())`.
     pub fn interceptor(&self) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone + Send + 'static {
         let auth = self.clone();

@@ -1,22 +1,20 @@
-//! Sending side: one [`PeerSender`] per destination keeps a connection and one `Peer.Send` stream open, and
-//! reconnects with exponential backoff. [`PeerClient`] routes messages to them by destination node.
+//! Sending side: one [`PeerSender`] per destination keeps a link ([`crate::link`]) open and reconnects with
+//! exponential backoff. [`PeerClient`] routes messages to them by destination node.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use paxsql_global_log::PeerMessage;
 use paxsql_paxos::NodeId;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tonic::transport::Endpoint;
-use tonic::Code;
 use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
-use crate::convert::seal_envelope;
-use crate::pb;
+use crate::link::LinkSender;
 use crate::{TlsConfig, TransportConfig, TransportError};
 
 /// Counters of one [`PeerSender`].
@@ -24,28 +22,30 @@ use crate::{TlsConfig, TransportConfig, TransportError};
 pub struct SenderStats {
     /// Messages given to [`PeerSender::send`].
     pub queued: AtomicU64,
-    /// Messages taken from the queue into an open stream (they may still be lost if the stream breaks).
+    /// Messages taken from the queue into an open link (they may still be lost if the link breaks).
     pub sent: AtomicU64,
+    /// Messages dropped because their encoding exceeds `max_message_bytes`.
+    pub dropped_too_large: AtomicU64,
     /// Messages dropped because the queue was full (the oldest one goes).
     pub dropped_queue_full: AtomicU64,
-    /// Connections established.
+    /// Links opened.
     pub connects: AtomicU64,
-    /// Connection attempts that failed.
+    /// Attempts to open a link that failed (connection, TLS, timeout).
     pub connect_failures: AtomicU64,
-    /// Streams the peer refused as unauthenticated (wrong cluster id or secret on one side).
+    /// Links the peer refused (wrong cluster id or secret on one side, a certificate of another member).
     pub rejected: AtomicU64,
 }
 
-fn bump(c: &AtomicU64) {
+pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Bounded FIFO that drops its oldest entry when full: under overload the newest Paxos state (latest commit
 /// point, newest accepts) is the most useful, and whatever is dropped gets retransmitted.
-struct SendQueue {
+pub(crate) struct SendQueue {
     items: Mutex<VecDeque<PeerMessage>>,
     capacity: usize,
-    /// One consumer (the stream), so `notify_one`'s stored permit closes the check-then-wait race.
+    /// One consumer (the link), so `notify_one`'s stored permit closes the check-then-wait race.
     ready: Notify,
 }
 
@@ -62,13 +62,18 @@ impl SendQueue {
         dropped
     }
 
-    async fn pop(&self) -> PeerMessage {
+    /// The oldest message, once there is one. Cancel-safe: a message is taken only when the call returns it.
+    pub(crate) async fn pop(&self) -> PeerMessage {
         loop {
-            if let Some(msg) = self.items.lock().expect("send queue lock poisoned").pop_front() {
+            if let Some(msg) = self.try_pop() {
                 return msg;
             }
             self.ready.notified().await;
         }
+    }
+
+    pub(crate) fn try_pop(&self) -> Option<PeerMessage> {
+        self.items.lock().expect("send queue lock poisoned").pop_front()
     }
 
     fn len(&self) -> usize {
@@ -94,6 +99,11 @@ impl PeerSender {
         cfg.validate()?;
         let auth = ClusterAuth::new(&cfg.cluster_id, &cfg.cluster_secret)?;
         let ep = build_endpoint(cfg, to, endpoint)?;
+        let (host, port) = crate::link::host_and_port(&ep).ok_or_else(|| TransportError::InvalidEndpoint {
+            node: to,
+            endpoint: endpoint.to_string(),
+            reason: "no host or port".into(),
+        })?;
         let queue = Arc::new(SendQueue {
             items: Mutex::new(VecDeque::new()),
             capacity: cfg.send_queue_capacity,
@@ -101,14 +111,20 @@ impl PeerSender {
         });
         let stats = Arc::new(SenderStats::default());
         let connected = Arc::new(AtomicBool::new(false));
-        let link = Link {
-            ep,
+        let link = LinkSender {
             to,
+            from: cfg.node_id,
+            host,
+            port,
             auth,
+            tls: LinkSender::connector(cfg)?,
+            local_address: cfg.local_address,
             queue: queue.clone(),
             stats: stats.clone(),
             connected: connected.clone(),
             max_message_bytes: cfg.max_message_bytes,
+            keepalive: Duration::from_millis(cfg.keepalive_ms),
+            connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             backoff_min: cfg.backoff_min(),
             backoff_max: cfg.backoff_max(),
         };
@@ -133,7 +149,7 @@ impl PeerSender {
         &self.endpoint
     }
 
-    /// Whether a stream to the peer is currently open.
+    /// Whether a link to the peer is currently open.
     pub fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
     }
@@ -159,15 +175,9 @@ impl Drop for PeerSender {
     }
 }
 
+/// `endpoint` checked as a peer address (its scheme must say whether TLS is on).
 fn build_endpoint(cfg: &TransportConfig, to: NodeId, endpoint: &str) -> Result<Endpoint, TransportError> {
-    let keepalive = Duration::from_millis(cfg.keepalive_ms);
-    Ok(peer_endpoint(cfg.tls.as_ref(), Some(to), endpoint)?
-        .connect_timeout(Duration::from_millis(cfg.connect_timeout_ms))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(keepalive)
-        .keep_alive_timeout(keepalive)
-        .keep_alive_while_idle(true)
-        .local_address(cfg.local_address))
+    peer_endpoint(cfg.tls.as_ref(), Some(to), endpoint)
 }
 
 /// An endpoint for calls to a node's peer port at `address` (`host:port`, or a URI whose scheme matches whether
@@ -215,109 +225,6 @@ fn client_tls(ep: Endpoint, tls: &TlsConfig, server: Option<NodeId>) -> Result<E
         c = c.domain_name(crate::identity::member_name(id));
     }
     Ok(ep.tls_config(c)?)
-}
-
-/// State of a sender's background task.
-struct Link {
-    ep: Endpoint,
-    to: NodeId,
-    auth: ClusterAuth,
-    queue: Arc<SendQueue>,
-    stats: Arc<SenderStats>,
-    connected: Arc<AtomicBool>,
-    max_message_bytes: usize,
-    backoff_min: Duration,
-    backoff_max: Duration,
-}
-
-impl Link {
-    async fn run(self) {
-        let mut backoff = self.backoff_min;
-        let mut failures_in_a_row = 0u32;
-        loop {
-            match self.ep.connect().await {
-                Ok(channel) => {
-                    bump(&self.stats.connects);
-                    failures_in_a_row = 0;
-                    self.connected.store(true, Ordering::Relaxed);
-                    tracing::debug!("connected");
-                    let opened = Instant::now();
-                    let res = self.stream(channel).await;
-                    self.connected.store(false, Ordering::Relaxed);
-                    match res {
-                        Ok(ack) => {
-                            tracing::info!(received = ack.received, dropped = ack.dropped, "peer ended the stream")
-                        }
-                        Err(status) if status.code() == Code::Unauthenticated => {
-                            bump(&self.stats.rejected);
-                            tracing::error!(
-                                reason = status.message(),
-                                "peer rejected our credentials: check cluster_id and cluster_secret on both nodes"
-                            );
-                        }
-                        Err(status) => {
-                            tracing::info!(code = ?status.code(), message = status.message(), "stream broke")
-                        }
-                    }
-                    // A stream that lived a while was a working link: reconnect at once and start backoff over.
-                    // One that failed at once (rejected, peer shutting down) must not turn into a busy loop.
-                    if opened.elapsed() >= Duration::from_secs(1) {
-                        backoff = self.backoff_min;
-                        continue;
-                    }
-                }
-                Err(e) => {
-                    bump(&self.stats.connect_failures);
-                    failures_in_a_row += 1;
-                    // The first failure is news; the rest of an outage is noise.
-                    if failures_in_a_row == 1 {
-                        tracing::warn!(error = %display_chain(&e), "cannot connect to peer; retrying with backoff");
-                    } else {
-                        tracing::debug!(error = %display_chain(&e), failures_in_a_row, "still cannot connect");
-                    }
-                }
-            }
-            tokio::time::sleep(jitter(backoff)).await;
-            backoff = (backoff * 2).min(self.backoff_max);
-        }
-    }
-
-    async fn stream(&self, channel: tonic::transport::Channel) -> Result<pb::SendAck, tonic::Status> {
-        let mut client = pb::peer_client::PeerClient::new(channel)
-            .max_encoding_message_size(self.max_message_bytes)
-            .max_decoding_message_size(self.max_message_bytes);
-        let cluster_id = self.auth.cluster_id().to_string();
-        let state = (self.queue.clone(), self.stats.clone(), cluster_id, self.to);
-        let outbound = futures_util::stream::unfold(state, |(queue, stats, cluster_id, to)| async move {
-            let msg = queue.pop().await;
-            bump(&stats.sent);
-            if msg.to() != to {
-                tracing::warn!(msg_to = msg.to(), "message queued to the wrong peer sender; sending anyway");
-            }
-            let env = seal_envelope(&cluster_id, &msg);
-            Some((env, (queue, stats, cluster_id, to)))
-        });
-        let mut req = tonic::Request::new(outbound);
-        self.auth.attach(&mut req);
-        client.send(req).await.map(|r| r.into_inner())
-    }
-}
-
-/// Up to 50% less than `d`, so that peers that lost each other at the same moment do not retry in lockstep.
-fn jitter(d: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.subsec_nanos());
-    d - d.mul_f64(f64::from(nanos % 1000) / 2000.0)
-}
-
-fn display_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
 }
 
 /// Routes outgoing messages to one [`PeerSender`] per peer, by [`PeerMessage::to`].

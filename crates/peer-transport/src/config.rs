@@ -16,7 +16,7 @@ pub struct TransportConfig {
     pub cluster_id: String,
     /// Shared secret every member presents on every call; at least 16 visible ASCII bytes. Never logged.
     pub cluster_secret: ClusterSecret,
-    /// Mutual TLS for both directions. Absent: plaintext HTTP/2, where the secret crosses the network in clear.
+    /// Mutual TLS for both directions. Absent: plaintext, where the secret crosses the network in clear.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Decoded incoming messages buffered for the node; when full, new ones are dropped and counted.
@@ -37,7 +37,9 @@ pub struct TransportConfig {
     /// TCP (and TLS) connect timeout.
     #[serde(default = "defaults::connect_timeout_ms")]
     pub connect_timeout_ms: u64,
-    /// HTTP/2 keepalive ping interval; a peer silent for another interval is considered gone and reconnected.
+    /// Keepalive interval: an idle link sends an empty frame this often; data a peer leaves unacknowledged for two
+    /// intervals ends the link (the sender reconnects), a link silent for three is dropped by its receiver; also the
+    /// HTTP/2 keepalive of admin calls.
     #[serde(default = "defaults::keepalive_ms")]
     pub keepalive_ms: u64,
     /// Source address of outgoing peer connections (normally the address the node listens on), so that a

@@ -1,11 +1,12 @@
 //! The wire between paxsql nodes.
 //!
 //! Each node's binlog server is a Paxos member (docs/ARCHITECTURE.md §1, §6). This crate carries
-//! [`PeerMessage`](paxsql_global_log::PeerMessage)s — Paxos messages and anti-entropy status — between them over
-//! gRPC (tonic, `proto/paxsql.proto`, package `paxsql.v1`). The Paxos core is sans-IO and tolerates lost,
-//! duplicated and reordered messages, so the transport never blocks it: outgoing messages go into a bounded
-//! per-peer queue that drops the oldest entry when full, incoming ones into a bounded channel that drops when
-//! the node falls behind; both count what they drop.
+//! [`PeerMessage`](paxsql_global_log::PeerMessage)s — Paxos messages and anti-entropy status — between them on
+//! [`link`]s: one connection per sender and receiver, length-prefixed protobuf frames (`proto/paxsql.proto`,
+//! package `paxsql.v1`). The Paxos core is sans-IO and tolerates lost, duplicated and reordered messages, so the
+//! transport never blocks it: outgoing messages go into a bounded per-peer queue that drops the oldest entry when
+//! full, incoming ones into a bounded inbox that drops when the node falls behind; both count what they drop. The
+//! same port serves the admin API over gRPC (tonic) and [`relay`]s.
 //!
 //! Run loop of a node:
 //!
@@ -25,8 +26,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Every call carries the cluster id and the cluster secret as metadata ([`auth`]); with a `tls` section the
-//! connection is mutual TLS, and each member's certificate binds its node id ([`identity`]). Without TLS the secret crosses the network in clear: run plaintext only on a network
+//! Every link, relay and gRPC call carries the cluster id and the cluster secret ([`auth`]); with a `tls` section
+//! the connection is mutual TLS, and each member's certificate binds its node id ([`identity`]). Without TLS the secret crosses the network in clear: run plaintext only on a network
 //! you trust.
 //!
 //! The same port carries [`relay`]s: a member's proxy reaching the master's mariadbd through the master's node,
@@ -37,9 +38,12 @@ mod client;
 mod config;
 pub mod convert;
 mod error;
+mod frame;
 pub mod identity;
+pub mod link;
 pub mod relay;
 mod server;
+mod stream;
 mod tls;
 
 /// Generated protobuf messages and gRPC stubs for `paxsql.v1`.
@@ -53,5 +57,6 @@ pub use client::{peer_endpoint, PeerClient, PeerSender, SenderStats};
 pub use config::{TlsConfig, TransportConfig};
 pub use convert::{decode_envelope, open_envelope, seal_envelope};
 pub use error::TransportError;
-pub use relay::{IncomingRelay, RelayDialer, RelayError, RelayRequest, RelayStream};
+pub use relay::{IncomingRelay, RelayDialer, RelayError, RelayRequest};
 pub use server::{Delivery, Inbox, PeerPortServices, PeerServer, ServerStats};
+pub use stream::PortStream;

@@ -1,40 +1,38 @@
-//! Receiving side: a tonic server for the `Peer` service, bound to exactly one configured address.
+//! The peer port, bound to exactly one configured address: it tells links ([`crate::link`]), relays
+//! ([`crate::relay`]) and gRPC (the admin API, served by tonic) apart and hands each to its server.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use paxsql_global_log::PeerMessage;
-use paxsql_paxos::NodeId;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
-
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::Server;
-use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
-use crate::convert::open_envelope;
-use crate::identity::{caller, identify, PeerIdentity};
-use crate::pb;
-use crate::relay::{IncomingRelay, RelayStream, RELAY_ALPN};
+use crate::identity::{identify, PeerIdentity};
+use crate::link::{Receiving, LINK_ALPN};
+use crate::relay::{IncomingRelay, RELAY_ALPN};
+use crate::stream::PortStream;
 use crate::{TransportConfig, TransportError};
 
 /// Counters of a [`PeerServer`] since it started.
 #[derive(Debug, Default)]
 pub struct ServerStats {
-    /// Send streams opened with valid credentials.
+    /// Links opened with valid credentials.
     pub streams_accepted: AtomicU64,
-    /// Calls refused with `Unauthenticated` (wrong or missing cluster id or secret) or, with TLS, `PermissionDenied`
-    /// (a certificate that names no single member opened a `Send` stream).
+    /// Links and relays refused (wrong or missing cluster id or secret; with TLS, a certificate that names no
+    /// single member, or another member than the link's sender), and failed TLS handshakes.
     pub calls_rejected: AtomicU64,
-    /// Envelopes read from accepted streams.
+    /// Envelopes read from accepted links.
     pub received: AtomicU64,
     /// Messages handed to the inbox.
     pub delivered: AtomicU64,
@@ -51,7 +49,7 @@ pub struct ServerStats {
 }
 
 impl ServerStats {
-    fn bump(counter: &AtomicU64) {
+    pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -61,8 +59,7 @@ impl ServerStats {
 pub struct PeerServer {
     local_addr: SocketAddr,
     stats: Arc<ServerStats>,
-    /// `true` (or dropped) = stop: ends the server and every open stream. A graceful HTTP/2 shutdown alone would
-    /// wait forever, because `Send` streams never end on their own.
+    /// `true` (or dropped) = stop: ends the server and every open link and relay.
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     relays: Option<mpsc::Receiver<IncomingRelay>>,
@@ -78,18 +75,18 @@ pub enum Delivery {
     Closed,
 }
 
-/// Where the messages a peer server receives go, called on the stream's own task: it must never block.
+/// Where the messages a peer server receives go, called on the link's own task: it must never block.
 pub type Inbox = Arc<dyn Fn(PeerMessage) -> Delivery + Send + Sync>;
 
 /// A channel the caller reads ([`PeerServer::bind_serving`]), or a function that hands each message straight to
 /// its consumer ([`PeerServer::bind_into`]): one task hand-off less on every Paxos message.
-enum InboxKind {
+pub(crate) enum InboxKind {
     Channel(mpsc::Sender<PeerMessage>),
     Direct(Inbox),
 }
 
 impl InboxKind {
-    fn deliver(&self, msg: PeerMessage) -> Delivery {
+    pub(crate) fn deliver(&self, msg: PeerMessage) -> Delivery {
         match self {
             InboxKind::Channel(tx) => match tx.try_send(msg) {
                 Ok(()) => Delivery::Delivered,
@@ -100,7 +97,7 @@ impl InboxKind {
         }
     }
 
-    async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         match self {
             InboxKind::Channel(tx) => tx.closed().await,
             // Seen at the next delivery.
@@ -109,17 +106,7 @@ impl InboxKind {
     }
 }
 
-struct PeerService {
-    node_id: NodeId,
-    /// With TLS, a stream's messages must come from the member its client certificate names.
-    tls: bool,
-    auth: ClusterAuth,
-    inbox: InboxKind,
-    stats: Arc<ServerStats>,
-    stop: watch::Receiver<bool>,
-}
-
-/// What the peer port serves besides the `Peer` service.
+/// What the peer port serves besides links.
 #[derive(Default)]
 pub struct PeerPortServices {
     /// More gRPC services (e.g. the `Admin` service, wrapped with [`ClusterAuth::interceptor`]).
@@ -131,7 +118,8 @@ pub struct PeerPortServices {
 
 /// Relays accepted and not yet taken by the node; more are refused ("busy") rather than left waiting.
 const RELAY_QUEUE: usize = 128;
-/// Bound on a new connection's TLS handshake, or its first bytes on a plaintext port, and a relay's request.
+/// Bound on a new connection's TLS handshake, or its first bytes on a plaintext port, and a relay's or a link's
+/// opening.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl PeerServer {
@@ -187,32 +175,27 @@ impl PeerServer {
 
         let stats = Arc::new(ServerStats::default());
         let (stop, stop_rx) = watch::channel(false);
-        let service = PeerService {
+        let receiving = Arc::new(Receiving {
             node_id: cfg.node_id,
-            tls: cfg.tls.is_some(),
-            auth: auth.clone(),
+            cluster_id: cfg.cluster_id.clone(),
             inbox,
             stats: stats.clone(),
-            stop: stop_rx.clone(),
-        };
-        let peer = pb::peer_server::PeerServer::new(service)
-            .max_decoding_message_size(cfg.max_message_bytes)
-            .max_encoding_message_size(cfg.max_message_bytes);
+            max_message_bytes: cfg.max_message_bytes,
+            keepalive: Duration::from_millis(cfg.keepalive_ms),
+        });
 
         let keepalive = Duration::from_millis(cfg.keepalive_ms);
-        let mut builder =
-            Server::builder().http2_keepalive_interval(Some(keepalive)).http2_keepalive_timeout(Some(keepalive));
-        let router = match also.routes {
-            Some(routes) => builder.add_routes(routes).add_service(peer),
-            None => builder.add_service(peer),
-        };
+        let router = Server::builder()
+            .http2_keepalive_interval(Some(keepalive))
+            .http2_keepalive_timeout(Some(keepalive))
+            .add_routes(also.routes.unwrap_or_default());
         let (relay_tx, relays) = if also.relays {
             let (tx, rx) = mpsc::channel(RELAY_QUEUE);
             (Some(tx), Some(rx))
         } else {
             (None, None)
         };
-        let port = PortSide { auth, stats: stats.clone(), relays: relay_tx, stop: stop_rx.clone() };
+        let port = PortSide { auth, stats: stats.clone(), relays: relay_tx, receiving, stop: stop_rx.clone() };
 
         let tls = cfg.tls.is_some();
         let span = tracing::info_span!("peer_server", node = cfg.node_id, addr = %local_addr);
@@ -282,11 +265,13 @@ impl Drop for PeerServer {
     }
 }
 
-/// The accepting side of the peer port: tells gRPC connections from relays and hands each to its server.
+/// The accepting side of the peer port: tells links, relays and gRPC connections apart and hands each to its
+/// server.
 struct PortSide {
     auth: ClusterAuth,
     stats: Arc<ServerStats>,
     relays: Option<mpsc::Sender<IncomingRelay>>,
+    receiving: Arc<Receiving>,
     stop: watch::Receiver<bool>,
 }
 
@@ -355,10 +340,17 @@ impl PortSide {
                         }
                         Err(_) => return,
                     };
-                    if tls.get_ref().1.alpn_protocol() == Some(RELAY_ALPN) {
+                    let alpn = tls.get_ref().1.alpn_protocol();
+                    if alpn == Some(LINK_ALPN) || alpn == Some(RELAY_ALPN) {
                         let identity = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| identify(c));
-                        let stream = RelayStream::Accepted(Box::new(tls));
-                        side.relay(stream, Some(identity.unwrap_or(PeerIdentity::Other)), false, remote).await;
+                        let identity = Some(identity.unwrap_or(PeerIdentity::Other));
+                        let link = alpn == Some(LINK_ALPN);
+                        let stream = PortStream::Accepted(Box::new(tls));
+                        if link {
+                            side.link(stream, identity, false, remote).await;
+                        } else {
+                            side.relay(stream, identity, false, remote).await;
+                        }
                     } else {
                         let _ = grpc.send(Ok(tls)).await;
                     }
@@ -375,14 +367,16 @@ impl PortSide {
             let (side, grpc) = (side.clone(), grpc.clone());
             tokio::spawn(
                 async move {
-                    // HTTP/2 opens with its preface, a relay with its magic: eight bytes tell them apart.
+                    // HTTP/2 opens with its preface, a link or a relay with its magic: eight bytes tell them apart.
                     let mut first = [0u8; 8];
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.read_exact(&mut first)).await {
                         Ok(Ok(_)) => {}
                         _ => return,
                     }
-                    if first == crate::relay::MAGIC {
-                        side.relay(RelayStream::Plain(tcp), None, true, remote).await;
+                    if first == crate::link::MAGIC {
+                        side.link(PortStream::Plain(tcp), None, true, remote).await;
+                    } else if first == crate::relay::MAGIC {
+                        side.relay(PortStream::Plain(tcp), None, true, remote).await;
                     } else {
                         let _ = grpc.send(Ok(Sniffed { first, read: 0, tcp })).await;
                     }
@@ -393,10 +387,33 @@ impl PortSide {
         .await;
     }
 
+    /// Reads a link's opening, answers it and receives its messages until it ends; or answers no.
+    async fn link(&self, mut stream: PortStream, identity: Option<PeerIdentity>, magic_read: bool, remote: SocketAddr) {
+        let read = crate::link::read_open(&mut stream, &self.auth, identity, magic_read);
+        let (open, member) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(why)) => {
+                ServerStats::bump(&self.stats.calls_rejected);
+                tracing::warn!(peer = %remote, "rejected peer link: {why}");
+                crate::stream::refuse(stream, &why).await;
+                return;
+            }
+            Err(_) => return,
+        };
+        if crate::stream::reply(&mut stream, true, "").await.is_err() {
+            return;
+        }
+        ServerStats::bump(&self.stats.streams_accepted);
+        let span = tracing::info_span!("peer_link", node = self.receiving.node_id, %remote, from = open.from);
+        tracing::debug!(parent: &span, ?member, keepalive_ms = open.keepalive_ms, "link opened");
+        let keepalive = Duration::from_millis(open.keepalive_ms);
+        self.receiving.receive(stream, member, keepalive, self.stop.clone()).instrument(span).await;
+    }
+
     /// Reads a relay's request and hands it to the node, or answers no.
     async fn relay(
         &self,
-        mut stream: RelayStream,
+        mut stream: PortStream,
         identity: Option<PeerIdentity>,
         magic_read: bool,
         remote: SocketAddr,
@@ -407,7 +424,7 @@ impl PortSide {
             Ok(Err(why)) => {
                 ServerStats::bump(&self.stats.calls_rejected);
                 tracing::warn!(%remote, why, "refused a relay");
-                crate::relay::refuse(stream, &why).await;
+                crate::stream::refuse(stream, &why).await;
                 return;
             }
             Err(_) => return,
@@ -480,105 +497,5 @@ impl AsyncWrite for Sniffed {
 
     fn is_write_vectored(&self) -> bool {
         self.tcp.is_write_vectored()
-    }
-}
-
-#[tonic::async_trait]
-impl pb::peer_server::Peer for PeerService {
-    async fn send(&self, req: Request<Streaming<pb::PeerEnvelope>>) -> Result<Response<pb::SendAck>, Status> {
-        let remote = req.remote_addr();
-        if let Err(status) = self.auth.check_request(&req) {
-            ServerStats::bump(&self.stats.calls_rejected);
-            return Err(status);
-        }
-        let member = if self.tls {
-            match caller(&req) {
-                Some(PeerIdentity::Member(id)) => Some(id),
-                _ => {
-                    ServerStats::bump(&self.stats.calls_rejected);
-                    tracing::warn!(?remote, "rejected peer stream: the client certificate names no single member");
-                    return Err(Status::permission_denied("client certificate names no single member"));
-                }
-            }
-        } else {
-            None
-        };
-        ServerStats::bump(&self.stats.streams_accepted);
-        let span = tracing::info_span!("peer_stream", node = self.node_id, remote = ?remote, member);
-        self.receive(req.into_inner(), member).instrument(span).await
-    }
-}
-
-impl PeerService {
-    /// `member`: the sender's certified node id (TLS), which every message's `from` must equal.
-    async fn receive(
-        &self,
-        mut stream: Streaming<pb::PeerEnvelope>,
-        member: Option<NodeId>,
-    ) -> Result<Response<pb::SendAck>, Status> {
-        tracing::debug!("peer stream opened");
-        let (mut received, mut dropped) = (0u64, 0u64);
-        let mut sender: Option<NodeId> = None;
-        let mut stop = self.stop.clone();
-        loop {
-            let next = tokio::select! {
-                next = stream.message() => next,
-                _ = stop.wait_for(|stop| *stop) => {
-                    tracing::debug!(?sender, "server stopping, ending peer stream");
-                    return Err(Status::unavailable("peer server is shutting down"));
-                }
-                () = self.inbox.closed() => {
-                    return Err(Status::unavailable("node is shutting down"));
-                }
-            };
-            let env = match next {
-                Ok(Some(env)) => env,
-                Ok(None) => break,
-                Err(status) => {
-                    // The sender went away or sent bytes that are not an envelope; either way the stream is over.
-                    tracing::debug!(?sender, %status, "peer stream ended");
-                    return Err(status);
-                }
-            };
-            received += 1;
-            ServerStats::bump(&self.stats.received);
-            let msg = match open_envelope(env, self.auth.cluster_id()) {
-                Ok(msg) => msg,
-                Err(e) => {
-                    dropped += 1;
-                    ServerStats::bump(&self.stats.malformed);
-                    tracing::warn!(?sender, error = %e, "dropped malformed peer message");
-                    continue;
-                }
-            };
-            if sender != Some(msg.from()) {
-                tracing::debug!(from = msg.from(), "peer stream carries messages from node {}", msg.from());
-                sender = Some(msg.from());
-            }
-            if member.is_some_and(|id| id != msg.from()) {
-                dropped += 1;
-                ServerStats::bump(&self.stats.forged);
-                tracing::warn!(from = msg.from(), ?member, "dropped message whose sender is not the certified member");
-                continue;
-            }
-            if msg.to() != self.node_id {
-                dropped += 1;
-                ServerStats::bump(&self.stats.misaddressed);
-                tracing::warn!(from = msg.from(), to = msg.to(), "dropped message addressed to another node");
-                continue;
-            }
-            match self.inbox.deliver(msg) {
-                Delivery::Delivered => ServerStats::bump(&self.stats.delivered),
-                Delivery::Full => {
-                    // Paxos retransmits; blocking here would only move the backlog into HTTP/2 buffers.
-                    dropped += 1;
-                    ServerStats::bump(&self.stats.dropped_inbox_full);
-                    tracing::trace!("inbox full, dropped message");
-                }
-                Delivery::Closed => return Err(Status::unavailable("node is shutting down")),
-            }
-        }
-        tracing::debug!(?sender, received, dropped, "peer stream closed by sender");
-        Ok(Response::new(pb::SendAck { received, dropped }))
     }
 }

@@ -1,5 +1,5 @@
-//! rustls configurations of the peer port, built here rather than by tonic because the port carries two
-//! protocols told apart by ALPN: gRPC (`h2`) and the relay ([`RELAY_ALPN`]).
+//! rustls configurations of the peer port, built here rather than by tonic because the port carries three
+//! protocols told apart by ALPN: gRPC (`h2`), links ([`LINK_ALPN`]) and relays ([`RELAY_ALPN`]).
 
 use std::sync::Arc;
 
@@ -9,9 +9,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use crate::config::TlsMaterial;
 use crate::{TlsConfig, TransportError};
 
-/// The TLS application protocol (ALPN) of a relay on the peer port; gRPC negotiates `h2`. Here, with the
-/// configurations that offer it, so that this module needs nothing from the relay built on it.
+/// The TLS application protocols (ALPN) of a relay and of a link on the peer port; gRPC negotiates `h2`. Here,
+/// with the configurations that offer them, so that this module needs nothing from the protocols built on it.
 pub const RELAY_ALPN: &[u8] = b"paxsql-relay/1";
+pub const LINK_ALPN: &[u8] = b"paxsql-link/1";
 
 fn invalid(field: &'static str, reason: impl std::fmt::Display) -> TransportError {
     TransportError::InvalidConfig { field, reason: reason.to_string() }
@@ -46,7 +47,7 @@ fn parse(m: &TlsMaterial, files: &TlsConfig) -> Result<Parsed, TransportError> {
 }
 
 /// The peer port's server side: this member's certificate, a client certificate signed by the cluster CA required
-/// (mutual TLS), `h2` and the relay offered.
+/// (mutual TLS), links, `h2` and relays offered.
 pub(crate) fn server_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls::ServerConfig, TransportError> {
     let p = parse(m, files)?;
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(p.roots), provider())
@@ -60,7 +61,7 @@ pub(crate) fn server_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls
         .map_err(|e| {
             invalid("tls.key", format!("{} does not fit {}: {e}", files.key.display(), files.cert.display()))
         })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), RELAY_ALPN.to_vec()];
+    config.alpn_protocols = vec![LINK_ALPN.to_vec(), b"h2".to_vec(), RELAY_ALPN.to_vec()];
     Ok(config)
 }
 

@@ -13,6 +13,8 @@ use paxsql_peer_transport::{
     seal_envelope, ClusterAuth, ClusterSecret, PeerClient, PeerPortServices, PeerServer, RelayDialer, RelayError,
     RelayRequest, TransportConfig,
 };
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tonic::Code;
 
@@ -192,7 +194,7 @@ async fn rejected_case(server_cfg: TransportConfig, client_cfg: TransportConfig,
 
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     let line =
-        text.lines().find(|l| l.contains("rejected peer call")).unwrap_or_else(|| panic!("no log line:\n{text}"));
+        text.lines().find(|l| l.contains("rejected peer link")).unwrap_or_else(|| panic!("no log line:\n{text}"));
     assert!(line.contains(expected_check), "{line}");
     assert!(line.contains("peer=127.0.0.1:"), "log line must name the peer address: {line}");
     assert!(!text.contains(SECRET) && !text.contains("wrong-secret-"), "a secret leaked into the logs:\n{text}");
@@ -216,37 +218,119 @@ async fn wrong_cluster_id_is_rejected_and_nothing_is_delivered() {
     rejected_case(cfg(1), other, "cluster id mismatch").await;
 }
 
+/// A frame as links carry it: a u32 big-endian length, the body.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Opens a link by hand on a plaintext port (the magic, a `LinkOpen` announcing no keepalive); returns the
+/// connection and the answer.
+async fn raw_link(addr: SocketAddr, cluster_id: &str, secret: &str, from: u64) -> (TcpStream, pb::OpenReply) {
+    raw_link_with(
+        addr,
+        pb::LinkOpen { cluster_id: cluster_id.into(), cluster_secret: secret.into(), from, keepalive_ms: 0 },
+    )
+    .await
+}
+
+async fn raw_link_with(addr: SocketAddr, open: pb::LinkOpen) -> (TcpStream, pb::OpenReply) {
+    use prost::Message as _;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let mut first = b"PXPAXOS1".to_vec();
+    first.extend(frame(&open.encode_to_vec()));
+    tcp.write_all(&first).await.unwrap();
+    let len = tokio::time::timeout(DEADLINE, tcp.read_u32()).await.unwrap().unwrap();
+    let mut body = vec![0u8; len as usize];
+    tcp.read_exact(&mut body).await.unwrap();
+    (tcp, pb::OpenReply::decode(body.as_slice()).unwrap())
+}
+
+/// Whether the server closed `tcp` (EOF or reset) within the deadline.
+async fn closed_by_server(tcp: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(tokio::time::timeout(DEADLINE, tcp.read(&mut buf)).await, Ok(Ok(0)) | Ok(Err(_)))
+}
+
 #[tokio::test]
-async fn raw_calls_without_or_with_bad_credentials_get_unauthenticated() {
+async fn raw_links_need_the_credentials_and_bad_frames_are_dropped() {
     init_logs();
-    tracing::info!("the exact gRPC status for missing metadata, a wrong secret and a wrong cluster id");
+    tracing::info!("a link opened by hand: wrong credentials refused with the check named; then bad frames dropped");
     let (server, mut inbox) = PeerServer::bind(localhost(), &cfg(1)).await.unwrap();
-    let url = format!("http://{}", server.local_addr());
-    let msg = seal_envelope("loopback", &accept(2, 1, 1));
-
-    let mut client = pb::peer_client::PeerClient::connect(url.clone()).await.unwrap();
-    let status = client.send(envelopes(vec![msg.clone()])).await.unwrap_err();
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
-
-    for (cluster, secret) in [("loopback", "another-secret-0123456789"), ("elsewhere", SECRET)] {
-        let auth = ClusterAuth::new(cluster, &ClusterSecret::new(secret)).unwrap();
-        let mut req = tonic::Request::new(envelopes(vec![msg.clone()]));
-        auth.attach(&mut req);
-        let status = client.send(req).await.unwrap_err();
-        assert_eq!(status.code(), Code::Unauthenticated, "{cluster}: {status:?}");
+    let addr = server.local_addr();
+    for (cluster, secret, check) in [
+        ("loopback", "another-secret-0123456789", "cluster secret wrong"),
+        ("elsewhere", SECRET, "cluster id mismatch"),
+    ] {
+        let (mut tcp, reply) = raw_link(addr, cluster, secret, 2).await;
+        assert!(!reply.accepted);
+        assert!(reply.detail.starts_with(check), "{}", reply.detail);
+        assert!(closed_by_server(&mut tcp).await, "a refused link is closed");
     }
-    assert_eq!(load(&server.stats().calls_rejected), 3);
-    assert!(inbox.try_recv().is_err());
+    assert_eq!(load(&server.stats().calls_rejected), 2);
 
-    // With the right credentials the same call is acknowledged; an envelope for another cluster is dropped.
-    let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
-    let mut foreign = msg.clone();
-    foreign.cluster_id = "elsewhere".into();
-    let mut req = tonic::Request::new(envelopes(vec![msg.clone(), foreign, msg.clone()]));
-    auth.attach(&mut req);
-    let ack = client.send(req).await.unwrap().into_inner();
-    assert_eq!((ack.received, ack.dropped), (3, 1));
+    // With the right credentials: a good envelope, one of another cluster, bytes that are no envelope, a
+    // keepalive, a message for another node, a good envelope: two arrive, three are counted.
+    let (mut tcp, reply) = raw_link(addr, "loopback", SECRET, 2).await;
+    assert!(reply.accepted, "{reply:?}");
+    use prost::Message as _;
+    let good = seal_envelope("loopback", &accept(2, 1, 1)).encode_to_vec();
+    let foreign = seal_envelope("elsewhere", &accept(2, 1, 2)).encode_to_vec();
+    let elsewhere = seal_envelope("loopback", &accept(2, 3, 3)).encode_to_vec();
+    let mut bytes = frame(&good);
+    bytes.extend(frame(&foreign));
+    bytes.extend(frame(&[0xff, 0xff, 0xff]));
+    bytes.extend(frame(&[]));
+    bytes.extend(frame(&elsewhere));
+    bytes.extend(frame(&good));
+    tcp.write_all(&bytes).await.unwrap();
     assert_eq!(recv_n(&mut inbox, 2).await, vec![accept(2, 1, 1), accept(2, 1, 1)]);
+    eventually("bad envelopes counted", || load(&server.stats().malformed) == 2).await;
+    assert_eq!((load(&server.stats().received), load(&server.stats().misaddressed)), (5, 1));
+
+    // A frame longer than max_message_bytes ends the link: its length cannot be trusted to find the next one.
+    tcp.write_all(&(65u32 << 20).to_be_bytes()).await.unwrap();
+    assert!(closed_by_server(&mut tcp).await, "an oversized frame ends the link");
+    assert_eq!(load(&server.stats().streams_accepted), 1);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_link_is_dropped_and_an_idle_sender_keeps_its_link() {
+    init_logs();
+    tracing::info!("keepalive 200 ms: a link that sends nothing is closed; an idle sender's link stays up");
+    let mut quick = cfg(1);
+    quick.keepalive_ms = 200;
+    let (server, mut inbox) = PeerServer::bind(localhost(), &quick).await.unwrap();
+    let (mut tcp, reply) = raw_link(server.local_addr(), "loopback", SECRET, 2).await;
+    assert!(reply.accepted);
+    let opened = std::time::Instant::now();
+    assert!(closed_by_server(&mut tcp).await);
+    let after = opened.elapsed();
+    assert!(after >= Duration::from_millis(500) && after < Duration::from_secs(3), "closed after {after:?}");
+
+    // A sender that announces a longer keepalive (configured apart) is given three of its own intervals.
+    let open =
+        pb::LinkOpen { cluster_id: "loopback".into(), cluster_secret: SECRET.into(), from: 2, keepalive_ms: 700 };
+    let (mut tcp, reply) = raw_link_with(server.local_addr(), open).await;
+    assert!(reply.accepted);
+    let opened = std::time::Instant::now();
+    assert!(closed_by_server(&mut tcp).await);
+    let after = opened.elapsed();
+    assert!(after >= Duration::from_millis(2000) && after < Duration::from_secs(4), "closed after {after:?}");
+
+    let mut sender_cfg = cfg(2);
+    sender_cfg.keepalive_ms = 200;
+    let mut client = PeerClient::new(&sender_cfg).unwrap();
+    client.set_peer(1, &server.local_addr().to_string()).unwrap();
+    client.send(accept(2, 1, 1));
+    assert_eq!(recv_n(&mut inbox, 1).await, vec![accept(2, 1, 1)]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    client.send(accept(2, 1, 2));
+    assert_eq!(recv_n(&mut inbox, 1).await, vec![accept(2, 1, 2)]);
+    assert_eq!(load(&client.sender(1).unwrap().stats().connects), 1, "the idle link was kept, not reopened");
+    drop(client);
     server.shutdown().await;
 }
 
@@ -291,10 +375,6 @@ impl pb::admin_server::Admin for StatusOnly {
     ) -> Result<tonic::Response<pb::MembershipReply>, tonic::Status> {
         Err(tonic::Status::failed_precondition("not the master"))
     }
-}
-
-fn envelopes(items: Vec<pb::PeerEnvelope>) -> impl futures_util::Stream<Item = pb::PeerEnvelope> {
-    futures_util::stream::iter(items)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -511,16 +591,51 @@ async fn an_operator_certificate_reaches_the_admin_service_but_sends_no_paxos_me
     auth.attach(&mut req);
     assert_eq!(admin.status(req).await.unwrap().into_inner().node_id, 1);
 
-    // A stream opened with the operator certificate, credentials right: refused before any message counts.
-    let ep = paxsql_peer_transport::peer_endpoint(Some(&operator), Some(1), &server.local_addr().to_string()).unwrap();
-    let mut peer = pb::peer_client::PeerClient::new(ep.connect().await.unwrap());
-    let mut req = tonic::Request::new(envelopes(vec![seal_envelope("loopback", &accept(2, 1, 1))]));
-    auth.attach(&mut req);
-    let status = peer.send(req).await.unwrap_err();
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-    assert_eq!(load(&server.stats().calls_rejected), 1);
+    // A link opened with the operator certificate, credentials right: refused before any message counts. (A node
+    // cannot be configured with a certificate that does not name it, so the link is dialled by hand.)
+    let (mut tls, reply) = operator_link(&operator, server.local_addr()).await;
+    assert!(!reply.accepted);
+    assert_eq!(reply.detail, "the client certificate names no single member");
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, tls.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty(), "a refused link is closed");
+    assert!(load(&server.stats().calls_rejected) >= 1);
+    assert_eq!(load(&server.stats().streams_accepted), 0);
     assert!(inbox.try_recv().is_err());
     server.shutdown().await;
+}
+
+/// A link dialled with `operator`'s certificate and the right credentials; returns the connection and the answer.
+async fn operator_link(
+    operator: &paxsql_peer_transport::TlsConfig,
+    addr: SocketAddr,
+) -> (tokio_rustls::client::TlsStream<TcpStream>, pb::OpenReply) {
+    use prost::Message as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(&operator.ca).unwrap() {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let chain = CertificateDer::pem_file_iter(&operator.cert).unwrap().map(Result::unwrap).collect();
+    let key = PrivateKeyDer::from_pem_file(&operator.key).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![paxsql_peer_transport::link::LINK_ALPN.to_vec()];
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("node-1.paxsql").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+    let open = pb::LinkOpen { cluster_id: "loopback".into(), cluster_secret: SECRET.into(), from: 2, keepalive_ms: 0 };
+    tls.write_all(&frame(&open.encode_to_vec())).await.unwrap();
+    let len = tokio::time::timeout(DEADLINE, tls.read_u32()).await.unwrap().unwrap();
+    let mut body = vec![0u8; len as usize];
+    tls.read_exact(&mut body).await.unwrap();
+    (tls, pb::OpenReply::decode(body.as_slice()).unwrap())
 }
 
 #[tokio::test]
@@ -543,7 +658,7 @@ async fn tls_config_errors_are_reported_at_config_time() {
 #[tokio::test]
 async fn admin_service_shares_the_port_and_the_authentication() {
     init_logs();
-    tracing::info!("Admin served next to Peer, behind the same cluster check");
+    tracing::info!("Admin served next to links, behind the same cluster check");
     let auth = ClusterAuth::new("loopback", &ClusterSecret::new(SECRET)).unwrap();
     let routes =
         tonic::service::Routes::new(pb::admin_server::AdminServer::with_interceptor(StatusOnly, auth.interceptor()));
@@ -601,7 +716,7 @@ async fn relay_echo(dialer: &RelayDialer, node: u64, addr: SocketAddr) -> Result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relays_share_the_tls_port_with_grpc_and_only_members_get_through() {
+async fn relays_share_the_tls_port_with_links_and_only_members_get_through() {
     init_logs();
     let pki = Pki::new();
     let also = PeerPortServices { routes: None, relays: true };
@@ -646,7 +761,7 @@ async fn relays_on_a_plaintext_port_need_the_secret_and_a_node_that_takes_them()
     let echo = echo_relays(&mut server, None);
     let dialer = RelayDialer::new(&cfg(2)).unwrap();
     assert_eq!(relay_echo(&dialer, 1, addr).await.unwrap(), (b"hello".to_vec(), false));
-    // gRPC on the same plaintext port still gets its first bytes back after the port looked at them.
+    // A link on the same plaintext port.
     let mut client = PeerClient::new(&cfg(2)).unwrap();
     client.set_peer(1, &addr.to_string()).unwrap();
     client.send(accept(2, 1, 1));
@@ -654,7 +769,7 @@ async fn relays_on_a_plaintext_port_need_the_secret_and_a_node_that_takes_them()
     let mut other = cfg(2);
     other.cluster_id = "another-cluster".into();
     match relay_echo(&RelayDialer::new(&other).unwrap(), 1, addr).await {
-        Err(RelayError::Refused { detail, .. }) => assert_eq!(detail, "cluster id mismatch"),
+        Err(RelayError::Refused { detail, .. }) => assert!(detail.starts_with("cluster id mismatch"), "{detail}"),
         other => panic!("{other:?}"),
     }
     drop(client);

@@ -10,7 +10,7 @@ use tokio::net::{TcpStream, UnixStream};
 
 use tracing::{info, warn};
 
-use paxsql_peer_transport::{RelayDialer, RelayError, RelayRequest, RelayStream};
+use paxsql_peer_transport::{PortStream, RelayDialer, RelayError, RelayRequest};
 
 use crate::statement::{self, Verdict};
 use crate::tls::{self, ServerTls};
@@ -682,7 +682,7 @@ pub(crate) enum ServerConn {
     Tcp(TcpStream),
     Unix(UnixStream),
     /// Through another member's relay over TLS (a plaintext relay is a [`ServerConn::Tcp`]: it can be spliced).
-    Relay(RelayStream),
+    Relay(PortStream),
 }
 
 impl ServerConn {
@@ -777,9 +777,9 @@ pub(crate) async fn open_relay(
         RelayError::Refused { detail, .. } => unreachable(backend, timeout, detail),
         other => unreachable(backend, timeout, other.to_string()),
     })?;
-    let (stream, greeting) = greeted(stream, backend, timeout, RelayStream::abort).await?;
+    let (stream, greeting) = greeted(stream, backend, timeout, PortStream::abort).await?;
     let server = match stream {
-        RelayStream::Plain(tcp) => ServerConn::Tcp(tcp),
+        PortStream::Plain(tcp) => ServerConn::Tcp(tcp),
         tls => ServerConn::Relay(tls),
     };
     Ok((server, greeting))

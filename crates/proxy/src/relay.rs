@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use paxsql_peer_transport::{IncomingRelay, RelayStream};
+use paxsql_peer_transport::{IncomingRelay, PortStream};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, info_span, Instrument as _};
 
@@ -118,7 +118,7 @@ async fn serve_one(
 
 /// The greeting already read, then both directions until both are closed.
 async fn pipe(
-    client: &mut RelayStream,
+    client: &mut PortStream,
     server: &mut tokio::net::TcpStream,
     greeting: &[u8],
 ) -> std::io::Result<(u64, u64)> {
