@@ -9,8 +9,9 @@
 # Usage: bench/memory/run.sh [SECONDS=240] [THREADS=32] [BASE_PORT=27000] [OUT=bench/memory/samples.csv]
 # TRANSACTIONS=N runs until N transactions instead (SECONDS is then the limit); RATE=N offers N transactions per
 # second (sysbench --rate) instead of as many as the threads get through, for a load the replicas can follow. The
-# soak of issue 12 item 4 is
-#   TRANSACTIONS=10000000 SAMPLE_EVERY=60 bench/memory/run.sh 7200 64 27000 bench/memory/soak.csv
+# soak of issue 12 item 4 is (~1 h 52 min; nothing else may run beside it: a build starves the cluster and
+# sysbench's rate queue overflows)
+#   TRANSACTIONS=10000000 RATE=1500 SAMPLE_EVERY=60 bench/memory/run.sh 8000 32 27000 bench/memory/soak.csv
 # PAXSQL_BIN runs another build (e.g. an older one, for comparison); PAXSQL_UP_ARGS adds `cluster up` arguments.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

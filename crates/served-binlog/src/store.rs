@@ -791,7 +791,15 @@ impl Inner {
                 continue;
             }
             let entries = self.entries(i)?;
-            if let Some(k) = entries.iter().position(|e| !state.contains(&e.gtid)) {
+            let k = if self.segments[i].domains.len() == 1 {
+                // One domain: seq_no grows along the segment, so what `state` contains comes first. A replica's
+                // lookup lands in the active segment, ~15,000 entries: a linear scan there took ~0.1 ms under the
+                // lock every dump and the writer wait for.
+                Some(entries.partition_point(|e| state.contains(&e.gtid))).filter(|&k| k < entries.len())
+            } else {
+                entries.iter().position(|e| !state.contains(&e.gtid))
+            };
+            if let Some(k) = k {
                 return Ok(self.segments[i].header.first_index + k as u64);
             }
         }
