@@ -117,7 +117,7 @@ impl PeerSender {
             host,
             port,
             auth,
-            tls: LinkSender::connector(cfg)?,
+            tls: crate::tls::connector(cfg, crate::link::LINK_ALPN)?,
             local_address: cfg.local_address,
             queue: queue.clone(),
             stats: stats.clone(),

@@ -30,7 +30,7 @@ use crate::frame::{put_frame, put_len, read_frame_within};
 use crate::identity::PeerIdentity;
 use crate::server::{InboxKind, ServerStats};
 use crate::stream::PortStream;
-use crate::{pb, TransportConfig, TransportError};
+use crate::{pb, TransportError};
 
 pub use crate::tls::LINK_ALPN;
 
@@ -70,14 +70,6 @@ enum OpenError {
 }
 
 impl LinkSender {
-    /// The TLS side of a dialler of links: this member's certificate, the cluster CA, [`LINK_ALPN`].
-    pub(crate) fn connector(cfg: &TransportConfig) -> Result<Option<tokio_rustls::TlsConnector>, TransportError> {
-        let Some(tls) = &cfg.tls else { return Ok(None) };
-        let mut config = crate::tls::client_config(&tls.load()?, tls)?;
-        config.alpn_protocols = vec![LINK_ALPN.to_vec()];
-        Ok(Some(tokio_rustls::TlsConnector::from(Arc::new(config))))
-    }
-
     pub(crate) async fn run(self) {
         let mut backoff = self.backoff_min;
         let mut failures_in_a_row = 0u32;

@@ -16,7 +16,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use paxsql_paxos::NodeId;
@@ -83,15 +82,7 @@ impl RelayDialer {
     pub fn new(cfg: &TransportConfig) -> Result<RelayDialer, TransportError> {
         cfg.validate()?;
         let auth = ClusterAuth::new(&cfg.cluster_id, &cfg.cluster_secret)?;
-        let tls = match &cfg.tls {
-            None => None,
-            Some(tls) => {
-                let m = tls.load()?;
-                let mut config = crate::tls::client_config(&m, tls)?;
-                config.alpn_protocols = vec![RELAY_ALPN.to_vec()];
-                Some(tokio_rustls::TlsConnector::from(Arc::new(config)))
-            }
-        };
+        let tls = crate::tls::connector(cfg, RELAY_ALPN)?;
         Ok(RelayDialer { auth, tls, local_address: cfg.local_address })
     }
 

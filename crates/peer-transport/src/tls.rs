@@ -76,3 +76,15 @@ pub(crate) fn client_config(m: &TlsMaterial, files: &TlsConfig) -> Result<rustls
         .with_client_auth_cert(p.chain, p.key)
         .map_err(|e| invalid("tls.key", format!("{} does not fit {}: {e}", files.key.display(), files.cert.display())))
 }
+
+/// A member's dialler for one of the peer port's own protocols (`alpn`): this member's certificate, the cluster CA;
+/// `None` on a plaintext cluster.
+pub(crate) fn connector(
+    cfg: &crate::TransportConfig,
+    alpn: &[u8],
+) -> Result<Option<tokio_rustls::TlsConnector>, TransportError> {
+    let Some(tls) = &cfg.tls else { return Ok(None) };
+    let mut config = client_config(&tls.load()?, tls)?;
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(Some(tokio_rustls::TlsConnector::from(Arc::new(config))))
+}
