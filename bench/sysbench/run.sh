@@ -6,6 +6,8 @@
 #
 # Usage: bench/sysbench/run.sh [--short] [--systems "standalone semisync paxsql"]
 #   --short        ~8 s per run, 4 test/thread combos, small tables: under 5 minutes in all
+#   --combos "oltp_insert:1 oltp_insert:64"   only these test:threads runs (default: every one of the mode)
+#   --no-lag       skip the replica lag runs
 # Environment:
 #   BASE_PORT=28000          standalone: BASE; semi-sync: BASE+10, +20, +30; paxsql: `cluster up --base-port BASE+100`
 #   PAXSQL_ENDPOINT=mariadb  where sysbench connects on paxsql: `mariadb` = the master's mariadbd, `proxy` = the
@@ -18,11 +20,15 @@ ROOT=$PWD
 HERE=$ROOT/bench/sysbench
 
 MODE=full
+ONLY_COMBOS=""
+NO_LAG=""
 SYSTEMS="standalone semisync paxsql"
 while [ $# -gt 0 ]; do
   case $1 in
     --short) MODE=short ;;
     --systems) SYSTEMS=$2; shift ;;
+    --combos) ONLY_COMBOS=$2; shift ;;
+    --no-lag) NO_LAG=1 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -41,6 +47,7 @@ else
   COMBOS=""
   for t in oltp_insert oltp_read_write oltp_point_select; do for n in 1 16 64; do COMBOS+="$t:$n "; done; done
 fi
+[ -z "$ONLY_COMBOS" ] || COMBOS=$ONLY_COMBOS
 LAG_THREADS=16
 LAG_RATE=${LAG_RATE:-500}   # second lag run: the same offered load (TPS) on every system
 
@@ -88,7 +95,7 @@ binlog_format=ROW
 sync_binlog=1
 innodb_flush_log_at_trx_commit=1
 skip-name-resolve
-slave_parallel_threads=4
+slave_parallel_threads=16
 slave_parallel_mode=optimistic
 max_allowed_packet=64M
 slave_max_allowed_packet=1G
@@ -292,6 +299,15 @@ snapshot() {
     ('Binlog_commits','Binlog_group_commits','Rpl_semi_sync_master_tx_avg_wait_time','Rpl_semi_sync_master_tx_waits',
      'Rpl_semi_sync_master_net_avg_wait_time','Rpl_semi_sync_master_yes_tx','Rpl_semi_sync_master_no_tx',
      'Innodb_data_fsyncs','Com_insert','Com_commit')" >"$1.status"
+  # Replicas: how many transactions each commits per binlog group (the fsyncs apply costs on the shared disk).
+  local r where
+  for r in $REPLICAS; do
+    where=${r#*=}
+    case $where in /*) where="--socket=$where" ;; *) where="-h${where%:*} -P${where##*:}" ;; esac
+    # shellcheck disable=SC2086 # $where is two words for a TCP replica
+    mariadb $where -uapp -N -B -e "SHOW GLOBAL STATUS WHERE Variable_name IN
+      ('Binlog_commits','Binlog_group_commits','Innodb_data_fsyncs')" | sed "s/^/${r%%=*}./" >>"$1.status" || true
+  done
   # paxsql: Paxos instances applied on the master's node (transactions per instance = batching)
   if [ -n "$CLUSTER_DIR" ]; then
     python3 -c "import json,sys; print('Paxos_applied_instance\t%d' % json.load(open(sys.argv[1]))['applied_instance'])" \
@@ -360,7 +376,7 @@ run_system() {
     sb "$test" "$threads" "$SECONDS_PER_RUN" "$d/$test-$threads.txt" run || true
     if [ "$test:$threads" = oltp_insert:64 ]; then perf_stop; snapshot "$d/profile-after"; fi
   done
-  if [ -n "$REPLICAS" ]; then
+  if [ -n "$REPLICAS" ] && [ -z "$NO_LAG" ]; then
     lag_run "$d/lag" ""
     lag_run "$d/lag-rate$LAG_RATE" "--rate=$LAG_RATE"
   fi

@@ -90,11 +90,23 @@ fn main() -> anyhow::Result<()> {
     writeln!(
         csv,
         "transactions,elapsed_s,append_tps,rss_kb,disk_bytes,segments,first_held,locate_p50_us,locate_p99_us,\
-         locate_max_us,reopen_ms,rss_after_reopen_kb"
+         locate_max_us,tail_holds_p50_us,tail_holds_p99_us,reopen_ms,rss_after_reopen_kb"
     )?;
     println!(
-        "{:>11} {:>8} {:>9} {:>8} {:>9} {:>5} {:>11} {:>10} {:>10} {:>10} {:>9}",
-        "trx", "secs", "trx/s", "RSS MB", "disk MiB", "segs", "first held", "locate p50", "p99", "max", "reopen"
+        "{:>11} {:>8} {:>9} {:>8} {:>9} {:>5} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "trx",
+        "secs",
+        "trx/s",
+        "RSS MB",
+        "disk MiB",
+        "segs",
+        "first held",
+        "locate p50",
+        "p99",
+        "max",
+        "tail p50",
+        "p99",
+        "reopen"
     );
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let start = Instant::now();
@@ -125,6 +137,18 @@ fn main() -> anyhow::Result<()> {
                 std::hint::black_box(cursor);
             }
             lat.sort();
+            // What a replica's health check asks every round: does the log hold the position it applied, a few
+            // transactions behind the tail.
+            let mut tail = Vec::with_capacity(args.locates);
+            for _ in 0..args.locates {
+                let want: GtidSet =
+                    format!("0-1-{}", seq.saturating_sub(rng.gen_range(0..1000)).max(first_seq)).parse()?;
+                let t = Instant::now();
+                let held = log.holds(&want);
+                tail.push(t.elapsed());
+                anyhow::ensure!(held, "the tail position {want} is not held");
+            }
+            tail.sort();
             let rss = rss_kb();
             let t = Instant::now();
             drop(log);
@@ -132,19 +156,23 @@ fn main() -> anyhow::Result<()> {
             let reopen = t.elapsed();
             let rss_after = rss_kb();
             let (p50, p99, max) = (percentile(&lat, 0.5), percentile(&lat, 0.99), percentile(&lat, 1.0));
+            let (tail50, tail99) = (percentile(&tail, 0.5), percentile(&tail, 0.99));
             writeln!(
                 csv,
-                "{seq},{:.1},{tps:.0},{rss},{},{},{first_seq},{},{},{},{},{rss_after}",
+                "{seq},{:.1},{tps:.0},{rss},{},{},{first_seq},{},{},{},{},{},{},{rss_after}",
                 start.elapsed().as_secs_f64(),
                 stats.disk_bytes,
                 stats.segments,
                 p50.as_micros(),
                 p99.as_micros(),
                 max.as_micros(),
+                tail50.as_nanos() as f64 / 1000.0,
+                tail99.as_nanos() as f64 / 1000.0,
                 reopen.as_millis(),
             )?;
             println!(
-                "{seq:>11} {:>8.1} {tps:>9.0} {:>8.1} {:>9.1} {:>5} {first_seq:>11} {:>8} us {:>7} us {:>7} us {:>6} ms",
+                "{seq:>11} {:>8.1} {tps:>9.0} {:>8.1} {:>9.1} {:>5} {first_seq:>11} {:>8} us {:>7} us {:>7} us \
+                 {:>7.1} us {:>7.1} us {:>6} ms",
                 start.elapsed().as_secs_f64(),
                 rss as f64 / 1024.0,
                 stats.disk_bytes as f64 / (1 << 20) as f64,
@@ -152,6 +180,8 @@ fn main() -> anyhow::Result<()> {
                 p50.as_micros(),
                 p99.as_micros(),
                 max.as_micros(),
+                tail50.as_nanos() as f64 / 1000.0,
+                tail99.as_nanos() as f64 / 1000.0,
                 reopen.as_millis(),
             );
             window_start = (Instant::now(), seq);

@@ -303,7 +303,7 @@ fn my_cnf(n: &NodeLayout, run_as: &str) -> String {
          rpl_semi_sync_master_wait_point=AFTER_SYNC\n\
          rpl_semi_sync_master_timeout=18446744073709551615\n\
          rpl_semi_sync_master_wait_no_slave=ON\n\
-         slave_parallel_threads=4\n\
+         slave_parallel_threads=16\n\
          slave_parallel_mode=optimistic\n\
          max_allowed_packet=64M\n\
          slave_max_allowed_packet=1G\n\

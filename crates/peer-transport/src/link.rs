@@ -282,14 +282,14 @@ impl Receiving {
                 continue;
             }
             received += 1;
-            ServerStats::bump(&self.stats.received);
+            bump(&self.stats.received);
             match self.admit(frame, member) {
                 Some(msg) => match self.inbox.deliver(msg) {
-                    crate::Delivery::Delivered => ServerStats::bump(&self.stats.delivered),
+                    crate::Delivery::Delivered => bump(&self.stats.delivered),
                     crate::Delivery::Full => {
                         // Paxos retransmits; blocking here would only move the backlog into the socket buffers.
                         dropped += 1;
-                        ServerStats::bump(&self.stats.dropped_inbox_full);
+                        bump(&self.stats.dropped_inbox_full);
                         tracing::trace!("inbox full, dropped message");
                     }
                     crate::Delivery::Closed => break "the node is stopping".to_string(),
@@ -309,18 +309,18 @@ impl Receiving {
         let msg = match opened {
             Ok(msg) => msg,
             Err(e) => {
-                ServerStats::bump(&self.stats.malformed);
+                bump(&self.stats.malformed);
                 tracing::warn!(error = %e, "dropped malformed peer message");
                 return None;
             }
         };
         if member.is_some_and(|id| id != msg.from()) {
-            ServerStats::bump(&self.stats.forged);
+            bump(&self.stats.forged);
             tracing::warn!(from = msg.from(), ?member, "dropped message whose sender is not the certified member");
             return None;
         }
         if msg.to() != self.node_id {
-            ServerStats::bump(&self.stats.misaddressed);
+            bump(&self.stats.misaddressed);
             tracing::warn!(from = msg.from(), to = msg.to(), "dropped message addressed to another node");
             return None;
         }

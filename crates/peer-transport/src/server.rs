@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use tonic::transport::Server;
 use tracing::Instrument;
 
 use crate::auth::ClusterAuth;
+use crate::client::bump;
 use crate::identity::{identify, PeerIdentity};
 use crate::link::{Receiving, LINK_ALPN};
 use crate::relay::{IncomingRelay, RELAY_ALPN};
@@ -46,12 +47,6 @@ pub struct ServerStats {
     pub dropped_inbox_full: AtomicU64,
     /// Relays whose request was read and handed to the node.
     pub relays: AtomicU64,
-}
-
-impl ServerStats {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// A running peer server. Messages arrive, decoded and in per-sender order, on the receiver returned by
@@ -334,7 +329,7 @@ impl PortSide {
                     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(tls)) => tls,
                         Ok(Err(e)) => {
-                            ServerStats::bump(&side.stats.calls_rejected);
+                            bump(&side.stats.calls_rejected);
                             tracing::warn!(%remote, error = %e, "peer port: TLS handshake failed");
                             return;
                         }
@@ -393,7 +388,7 @@ impl PortSide {
         let (open, member) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
             Ok(Ok(read)) => read,
             Ok(Err(why)) => {
-                ServerStats::bump(&self.stats.calls_rejected);
+                bump(&self.stats.calls_rejected);
                 tracing::warn!(peer = %remote, "rejected peer link: {why}");
                 crate::stream::refuse(stream, &why).await;
                 return;
@@ -403,7 +398,7 @@ impl PortSide {
         if crate::stream::reply(&mut stream, true, "").await.is_err() {
             return;
         }
-        ServerStats::bump(&self.stats.streams_accepted);
+        bump(&self.stats.streams_accepted);
         let span = tracing::info_span!("peer_link", node = self.receiving.node_id, %remote, from = open.from);
         tracing::debug!(parent: &span, ?member, keepalive_ms = open.keepalive_ms, "link opened");
         let keepalive = Duration::from_millis(open.keepalive_ms);
@@ -422,7 +417,7 @@ impl PortSide {
         let (request, member) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
             Ok(Ok(read)) => read,
             Ok(Err(why)) => {
-                ServerStats::bump(&self.stats.calls_rejected);
+                bump(&self.stats.calls_rejected);
                 tracing::warn!(%remote, why, "refused a relay");
                 crate::stream::refuse(stream, &why).await;
                 return;
@@ -435,7 +430,7 @@ impl PortSide {
             return;
         };
         match relays.try_send(incoming) {
-            Ok(()) => ServerStats::bump(&self.stats.relays),
+            Ok(()) => bump(&self.stats.relays),
             Err(mpsc::error::TrySendError::Full(incoming)) => {
                 tracing::warn!(%remote, "refused a relay: too many waiting");
                 incoming.refuse("busy: too many relays waiting").await;
