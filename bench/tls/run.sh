@@ -4,7 +4,9 @@
 # directly as the reference; beside them a standalone MariaDB given the same certificate, without and with its own
 # TLS: what TLS costs this client and server at all, whoever ends it; and another node's RW port, whose connections
 # reach the master through the master's relay. Modes alternate within each round (RW plain, TLS, other node's RW
-# plain, TLS, direct, native plain, native TLS), ROUNDS rounds, medians printed with the ratios.
+# plain, TLS, direct, native plain, native TLS), ROUNDS rounds, medians printed with the ratios. Then where TLS's
+# cost lands: CPU per sysbench event of the client (sysbench) and of the server side (the master's node, which ends
+# the client's TLS, for the RW ports; the standalone mariadbd for native TLS), from the processes' own CPU times.
 # Usage: bench/tls/run.sh [SECONDS=20] [ROUNDS=3] [BASE_PORT=29500]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,6 +68,10 @@ sb oltp_insert 4 "$NATIVE_PORT" --mysql-ssl=off prepare >/dev/null
 # Every sysbench connection through the RW port with --mysql-ssl=on must really be in TLS: the proxy counts them.
 tls_sessions() { curl -s "http://127.0.0.1:$((MARIADB_PORT + 6))/metrics" | awk '/^paxsql_proxy_tls_sessions_total/ {print $2}'; }
 
+# CPU time in clock ticks of a process (user + system).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+NODE_PID=$(cat "$DIR/n$M/node.pid")
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
 OUT=$DIR/runs.txt
 : > "$OUT"
 for round in $(seq 1 "$ROUNDS"); do
@@ -81,24 +87,39 @@ for round in $(seq 1 "$ROUNDS"); do
         native_plain) port=$NATIVE_PORT; ssl=off ;;
         native_tls) port=$NATIVE_PORT; ssl=on ;;
       esac
+      case $mode in native_*) server=$NATIVE_PID ;; direct) server="" ;; *) server=$NODE_PID ;; esac
       before=$(tls_sessions)
-      tps=$(sb "$test" "$threads" "$port" --mysql-ssl=$ssl --time="$SECONDS_RUN" --report-interval=0 run \
-        | awk '/transactions:/ {gsub(/\(/, "", $3); print $3}')
+      server_before=$([ -z "$server" ] || ticks "$server")
+      # `times` in a subshell of its own (not in a pipe, which would fork it afresh): the CPU of the children that
+      # subshell waited for, i.e. sysbench.
+      if ! (sb "$test" "$threads" "$port" --mysql-ssl=$ssl --time="$SECONDS_RUN" --report-interval=0 run >"$DIR/sb.out"
+        times >"$DIR/times.out"); then
+        echo "sysbench $test $threads threads ($mode) failed:" >&2
+        tail -20 "$DIR/sb.out" >&2
+        exit 1
+      fi
+      tps=$(awk '/transactions:/ {gsub(/\(/, "", $3); print $3}' "$DIR/sb.out")
+      client_s=$(tail -1 "$DIR/times.out" | awk '{split($1 " " $2, t, /[ms ]+/); print t[1] * 60 + t[2] + t[3] * 60 + t[4]}')
+      events=$(python3 -c "print(max(1.0, float('$tps') * $SECONDS_RUN))")
+      client_us=$(python3 -c "print(round($client_s * 1e6 / $events, 1))")
+      server_us=-
+      [ -z "$server" ] || server_us=$(python3 -c "print(round(($(ticks "$server") - $server_before) * $TICK_US / $events, 1))")
       after=$(tls_sessions)
       if [ "$mode" = tls ] && [ "$((${after%.*} - ${before%.*}))" -lt "$threads" ]; then
         echo "sysbench --mysql-ssl=on opened $((${after%.*} - ${before%.*})) TLS sessions for $threads threads" >&2
         exit 1
       fi
-      echo "$test $threads $mode $tps" | tee -a "$OUT"
+      echo "$test $threads $mode $tps $client_us $server_us" | tee -a "$OUT"
     done
   done
 done
 python3 - "$OUT" <<'PY'
 import statistics, sys
-runs = {}
+runs, cpu = {}, {}
 for line in open(sys.argv[1]):
-    test, threads, mode, tps = line.split()
+    test, threads, mode, tps, client_us, server_us = line.split()
     runs.setdefault((test, int(threads)), {}).setdefault(mode, []).append(float(tps))
+    cpu.setdefault((test, int(threads)), {}).setdefault(mode, []).append((float(client_us), server_us))
 print()
 print("| test | threads | direct TPS | RW plain TPS | RW TLS TPS | TLS / plain | plain / direct "
       "| native plain TPS | native TLS TPS | native TLS / plain "
@@ -109,5 +130,18 @@ for (test, threads), m in runs.items():
         ("direct", "plain", "tls", "native_plain", "native_tls", "relay_plain", "relay_tls"))
     print(f"| {test} | {threads} | {d:,.0f} | {p:,.0f} | {t:,.0f} | {t / p:.3f} | {p / d:.3f} "
           f"| {n_p:,.0f} | {n_t:,.0f} | {n_t / n_p:.3f} | {r_p:,.0f} | {r_t:,.0f} | {r_p / p:.3f} | {r_t / t:.3f} |")
+print()
+print("CPU per sysbench event (median of the rounds, µs): client = sysbench; server = the master's node (RW ports),")
+print("the standalone mariadbd (native). TLS adds to each side what the difference shows.")
+print()
+print("| test | threads | RW plain: client / node | RW TLS: client / node | native plain: client / mariadbd "
+      "| native TLS: client / mariadbd |")
+print("|---|---:|---|---|---|---|")
+def med(xs, i):
+    v = [float(x[i]) for x in xs if x[i] != "-"]
+    return f"{statistics.median(v):.1f}" if v else "-"
+for (test, threads), m in cpu.items():
+    cells = [f"{med(m[k], 0)} / {med(m[k], 1)}" for k in ("plain", "tls", "native_plain", "native_tls")]
+    print(f"| {test} | {threads} | " + " | ".join(cells) + " |")
 PY
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
