@@ -22,10 +22,7 @@ pub(crate) fn put_len(out: &mut Vec<u8>, len: usize) {
 /// Reads one frame of at most `max` bytes. The body is one buffer, so messages decoded from it may share it
 /// (prost `Bytes` fields) instead of copying.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(stream: &mut R, max: usize) -> io::Result<Bytes> {
-    let len = stream.read_u32().await? as usize;
-    if len > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte frame (at most {max})")));
-    }
+    let len = body_len(stream.read_u32().await?, max)?;
     let mut body = BytesMut::zeroed(len);
     stream.read_exact(&mut body).await?;
     Ok(body.freeze())
@@ -40,13 +37,19 @@ pub(crate) async fn read_frame_within<R: AsyncRead + Unpin>(
 ) -> io::Result<Bytes> {
     let mut header = [0u8; 4];
     fill(stream, &mut header, silence).await?;
-    let len = u32::from_be_bytes(header) as usize;
-    if len > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte frame (at most {max})")));
-    }
+    let len = body_len(u32::from_be_bytes(header), max)?;
     let mut body = BytesMut::zeroed(len);
     fill(stream, &mut body, silence).await?;
     Ok(body.freeze())
+}
+
+/// A frame header's length, refused beyond `max`: such a length cannot be trusted to find the next frame.
+fn body_len(header: u32, max: usize) -> io::Result<usize> {
+    let len = header as usize;
+    if len > max {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a {len}-byte frame (at most {max})")));
+    }
+    Ok(len)
 }
 
 async fn fill<R: AsyncRead + Unpin>(stream: &mut R, buf: &mut [u8], silence: Duration) -> io::Result<()> {

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::auth::ClusterAuth;
 use crate::client::{bump, SendQueue, SenderStats};
 use crate::convert::{open_envelope, seal_envelope};
-use crate::frame::{put_frame, put_len, read_frame_within};
+use crate::frame::{put_len, read_frame_within};
 use crate::identity::PeerIdentity;
 use crate::server::{InboxKind, ServerStats};
 use crate::stream::PortStream;
@@ -136,11 +136,7 @@ impl LinkSender {
             from: self.from,
             keepalive_ms: u64::try_from(self.keepalive.as_millis()).unwrap_or(u64::MAX),
         };
-        let mut first = MAGIC.to_vec();
-        put_frame(&mut first, &open.encode_to_vec());
-        stream.write_all(&first).await.map_err(OpenError::Io)?;
-        stream.flush().await.map_err(OpenError::Io)?;
-        let reply = crate::stream::read_reply(&mut stream).await.map_err(|e| {
+        let reply = crate::stream::open(&mut stream, &MAGIC, &open).await.map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 // A build from before links closes a connection it cannot read as HTTP/2 or a relay.
                 OpenError::Io(io::Error::new(

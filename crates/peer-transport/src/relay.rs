@@ -20,10 +20,8 @@ use std::time::Duration;
 
 use paxsql_paxos::NodeId;
 use prost::Message as _;
-use tokio::io::AsyncWriteExt as _;
 
 use crate::auth::ClusterAuth;
-use crate::frame::put_frame;
 use crate::identity::PeerIdentity;
 use crate::stream::PortStream;
 use crate::{pb, TransportConfig, TransportError};
@@ -117,11 +115,7 @@ impl RelayDialer {
             client_addr: request.client.to_string(),
             proxy_addr: request.proxy.to_string(),
         };
-        let mut first = MAGIC.to_vec();
-        put_frame(&mut first, &open.encode_to_vec());
-        stream.write_all(&first).await.map_err(io_err)?;
-        stream.flush().await.map_err(io_err)?;
-        if let Err(detail) = crate::stream::read_reply(&mut stream).await.map_err(io_err)? {
+        if let Err(detail) = crate::stream::open(&mut stream, &MAGIC, &open).await.map_err(io_err)? {
             return Err(RelayError::Refused { node, detail });
         }
         Ok(stream)

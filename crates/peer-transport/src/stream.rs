@@ -144,9 +144,21 @@ pub(crate) async fn refuse(mut stream: PortStream, detail: &str) {
     }
 }
 
-/// The dialler's side: reads the reply to its opening. `Err` is a broken stream or an undecodable reply (as an
-/// `io::Error`); `Ok(Err(detail))` is a refusal.
-pub(crate) async fn read_reply(stream: &mut PortStream) -> io::Result<Result<(), String>> {
+/// The dialler's side of an opening: `magic` and the `opening` frame in one write, then the reply. `Err` is a
+/// broken stream or an undecodable reply (as an `io::Error`); `Ok(Err(detail))` is a refusal.
+pub(crate) async fn open(
+    stream: &mut PortStream,
+    magic: &[u8; 8],
+    opening: &impl prost::Message,
+) -> io::Result<Result<(), String>> {
+    let mut first = magic.to_vec();
+    put_frame(&mut first, &opening.encode_to_vec());
+    stream.write_all(&first).await?;
+    stream.flush().await?;
+    read_reply(stream).await
+}
+
+async fn read_reply(stream: &mut PortStream) -> io::Result<Result<(), String>> {
     let frame = read_frame(stream, REPLY_MAX).await?;
     let reply = pb::OpenReply::decode(frame)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("undecodable reply: {e}")))?;
